@@ -1,0 +1,31 @@
+# `make train` and `make test` do all the set-up themselves: the first use creates .venv and installs the
+# project into it (pip install -e ".[dev]"); later uses reuse it. Extra arguments go in ARGS="...".
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install train test lint format clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $@
+
+train: install
+	$(BIN)/python scripts/train.py $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info

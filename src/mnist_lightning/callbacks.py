@@ -1,0 +1,24 @@
+"""EpochHistory: one row per epoch (seconds, training and validation metrics) for metrics.json."""
+
+import time
+
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+RECORDED = ("train/loss", "val/loss", "val/acc")
+
+
+class EpochHistory(Callback):
+    """Record each epoch's wall time (training plus validation) and its epoch-level metrics."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Validation has already run when this hook fires, so the time and metrics cover the whole epoch.
+        row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start}
+        metrics = trainer.callback_metrics
+        row.update({name: float(metrics[name]) for name in RECORDED if name in metrics})
+        self.rows.append(row)

@@ -1,0 +1,106 @@
+"""MNISTDataModule: torchvision's MNIST, split 55,000/5,000/10,000 and served as batches of uint8 tensors."""
+
+import os
+from typing import Literal
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader, Subset
+from torchvision.datasets import MNIST
+from torchvision.transforms import PILToTensor
+
+from .batches import TensorBatches
+from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
+
+
+class MNISTDataModule(LightningDataModule):
+    """MNIST for training (55,000), validation (5,000) and test (10,000).
+
+    Args:
+        data_dir: Folder holding (or receiving) ``MNIST/raw/`` with the four original files.
+        batch_size: Samples per batch, for every stage.
+        val_size: Training images held out for validation.
+        split_seed: Seed of the train/validation split, separate from ``--seed`` so the split never moves.
+        pipeline: ``tensor`` (default) slices batches from the parsed uint8 tensors, kept on the training
+            device; ``per_sample`` goes through torchvision's per-image PIL path and a DataLoader: about 25x
+            slower, use it only to add per-image augmentation in ``per_sample_transform``.
+        num_workers: DataLoader worker processes; used by the ``per_sample`` pipeline only.
+        mean: Pixel mean used for normalization.
+        std: Pixel standard deviation used for normalization.
+    """
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        batch_size: int = 1024,
+        val_size: int = 5_000,
+        split_seed: int = 0,
+        pipeline: Literal["tensor", "per_sample"] = "tensor",
+        num_workers: int = 0,
+        mean: float = MEAN,
+        std: float = STD,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.splits: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def prepare_data(self) -> None:
+        download_mnist(self.hparams.data_dir)
+
+    def setup(self, stage: str) -> None:
+        if self.splits:
+            return
+        images, labels = load_mnist(self.hparams.data_dir, train=True)
+        train_idx, val_idx = split_indices(len(labels), self.hparams.val_size, self.hparams.split_seed)
+        test_images, test_labels = load_mnist(self.hparams.data_dir, train=False)
+        # The Trainer has chosen the device; the whole dataset (47 MB as uint8) moves there once, so no
+        # training step waits for a host-to-device copy. On the CPU this is a no-op.
+        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
+        self.splits = {
+            "train": (images[train_idx].to(device), labels[train_idx].to(device)),
+            "val": (images[val_idx].to(device), labels[val_idx].to(device)),
+            "test": (test_images.to(device), test_labels.to(device)),
+        }
+        self.split_indices = {"train": train_idx, "val": val_idx}
+
+    def train_dataloader(self):
+        return self._batches("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._batches("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._batches("test", shuffle=False)
+
+    def predict_dataloader(self):
+        return self._batches("test", shuffle=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        # Normalizing after the transfer keeps batches as uint8 until they are on the device: one batched
+        # op there instead of one per image on the host.
+        images, labels = batch
+        return normalize(images, self.hparams.mean, self.hparams.std), labels
+
+    def per_sample_transform(self):
+        """The per-image transform of the ``per_sample`` pipeline; add augmentation here."""
+        return PILToTensor()
+
+    def _batches(self, split: str, shuffle: bool):
+        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        if self.hparams.pipeline == "per_sample":
+            dataset = MNIST(self.hparams.data_dir, train=split != "test", transform=self.per_sample_transform())
+            if split != "test":
+                dataset = Subset(dataset, self.split_indices[split])
+            # Lightning adds a DistributedSampler to this DataLoader under DDP.
+            return DataLoader(
+                dataset,
+                batch_size=self.hparams.batch_size,
+                shuffle=shuffle,
+                num_workers=self.hparams.num_workers,
+                persistent_workers=self.hparams.num_workers > 0,
+            )
+        images, labels = self.splits[split]
+        # Shuffle with the run's seed (set by seed_everything), as Lightning's own DistributedSampler does.
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        return TensorBatches(images, labels, self.hparams.batch_size, shuffle, seed, world_size, rank)

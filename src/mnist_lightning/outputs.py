@@ -1,0 +1,34 @@
+"""Run folders and result files: each run gets a folder of its own; files appear whole or not at all."""
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from .errors import UserError
+
+
+def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
+    """The folder for a new run: ``output_dir`` if given and unused, else a fresh ``runs/<timestamp>``."""
+    if output_dir is None:
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        candidates = (Path(runs_root) / (stamp if n == 0 else f"{stamp}_{n}") for n in range(1000))
+        output_dir = next(path for path in candidates if not path.exists())
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise UserError(
+            f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
+            "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
+        )
+    return output_dir
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Write JSON through a temporary file and an atomic rename, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
+        json.dump(data, tmp, indent=2)
+        tmp.write("\n")
+    os.replace(tmp.name, path)

@@ -1,0 +1,148 @@
+"""Train SimpleNN on MNIST with Lightning: fit, test the best checkpoint, write ``metrics.json``.
+
+Every option of the Trainer, of MNISTClassifier and of MNISTDataModule is a top-level flag
+(``--accelerator gpu --devices 1 --batch_size 256``) and a top-level key of a YAML config file.
+jsonargparse, the parser behind LightningCLI, reads them straight from the classes' signatures.
+"""
+
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
+
+from .callbacks import EpochHistory
+from .datamodule import MNISTDataModule
+from .devices import check_accelerator
+from .errors import UserError, run_main
+from .lightning_module import MNISTClassifier
+from .outputs import new_run_dir, write_json
+
+# Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
+TRAINER_DEFAULTS = {"max_epochs": 5, "devices": 1, "log_every_n_steps": 10}
+# Redraw the progress bar every this many batches: a redraw costs about as much as a CPU training step.
+PROGRESS_BAR_REFRESH_RATE = 10
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="train.py",
+        description="Train SimpleNN on MNIST with PyTorch Lightning, then test the best checkpoint.",
+    )
+    parser.add_argument(
+        "--config", action=ActionConfigFile, help="YAML file of options (see configs/); flags after it override it."
+    )
+    parser.add_argument("--seed", type=int, default=42, help="Seed of model initialization and data order.")
+    parser.add_argument(
+        "--output_dir",
+        type=str | None,
+        default=None,
+        help="Folder for checkpoints, logs and metrics.json (default: a new folder under runs/).",
+    )
+    parser.add_argument("--ckpt_path", type=str | None, default=None, help="Checkpoint to resume training from.")
+    parser.add_class_arguments(MNISTClassifier, nested_key=None, instantiate=False)
+    parser.add_class_arguments(MNISTDataModule, nested_key=None, instantiate=False)
+    # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
+    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir"})
+    parser.set_defaults(TRAINER_DEFAULTS)
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> Namespace:
+    """Parse flags and config files; callbacks, loggers and plugins given by class path come back built."""
+    parser = build_parser()
+    return parser.instantiate(parser.parse_args(argv))
+
+
+def kwargs_for(cls: type, config: Namespace) -> dict[str, Any]:
+    """The entries of ``config`` that ``cls`` takes as constructor arguments."""
+    names = inspect.signature(cls.__init__).parameters
+    return {name: config[name] for name in names if name in config}
+
+
+def as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCheckpoint | None, EpochHistory]:
+    history = EpochHistory()
+    callbacks = [*as_list(config.callbacks), history]
+    checkpoint = None
+    if config.enable_checkpointing is not False:
+        checkpoint = ModelCheckpoint(
+            dirpath=output_dir / "checkpoints",
+            filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
+            auto_insert_metric_name=False,
+            monitor="val/acc",
+            mode="max",
+            save_last=True,
+        )
+        callbacks.append(checkpoint)
+    if config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(TQDMProgressBar(refresh_rate=PROGRESS_BAR_REFRESH_RATE))
+    logger = config.logger
+    if logger is None or logger is True:
+        logger = CSVLogger(output_dir, name="", version="")  # writes <output_dir>/metrics.csv
+    trainer_kwargs = kwargs_for(Trainer, config) | {"callbacks": callbacks, "logger": logger}
+    try:
+        trainer = Trainer(default_root_dir=output_dir, **trainer_kwargs)
+    except MisconfigurationException as error:
+        raise UserError(f"The Trainer settings do not work together: {error}") from error
+    return trainer, checkpoint, history
+
+
+def train(config: Namespace) -> dict[str, Any]:
+    """Fit, test the best checkpoint and return (and write) the run's metrics."""
+    check_accelerator(config.accelerator)
+    output_dir = Path(config.output_dir) if config.ckpt_path else new_run_dir(config.output_dir)
+    seed_everything(config.seed, workers=True)
+    datamodule = MNISTDataModule(**kwargs_for(MNISTDataModule, config))
+    model = MNISTClassifier(**kwargs_for(MNISTClassifier, config))
+    trainer, checkpoint, history = build_trainer(config, output_dir)
+
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=datamodule, ckpt_path=config.ckpt_path)
+    fit_seconds = time.perf_counter() - start
+    # Test the weights that did best on validation, not merely the last ones.
+    best_path = checkpoint.best_model_path if checkpoint else ""
+    (results,) = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False)
+
+    metrics = {
+        "test/acc": results["test/acc"],
+        "test/loss": results["test/loss"],
+        "best_val/acc": float(checkpoint.best_model_score) if checkpoint and checkpoint.best_model_score else None,
+        "epochs": trainer.current_epoch,
+        "fit_seconds": fit_seconds,
+        "accelerator": trainer.strategy.root_device.type,
+        "devices": trainer.num_devices,
+        "num_nodes": trainer.num_nodes,
+        "precision": trainer.precision,
+        "batch_size": datamodule.hparams.batch_size,
+        "seed": config.seed,
+        "best_checkpoint": best_path or None,
+        "history": history.rows,
+    }
+    if trainer.is_global_zero:
+        write_json(output_dir / "metrics.json", metrics)
+        print_summary(metrics, output_dir)
+    return metrics
+
+
+def print_summary(metrics: dict[str, Any], output_dir: Path) -> None:
+    print(
+        f"\nTest accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}) after "
+        f"{metrics['epochs']} epochs, fit in {metrics['fit_seconds']:.1f} s on "
+        f"{metrics['devices']} x {metrics['accelerator']} ({metrics['precision']} precision).\n"
+        f"Run folder: {output_dir}  (metrics.json, metrics.csv, checkpoints/)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(lambda: train(parse_config(argv)))

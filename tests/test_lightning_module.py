@@ -1,0 +1,67 @@
+import pytest
+import torch
+from conftest import FAKE_VAL
+from lightning.pytorch import Trainer
+
+from mnist_lightning.datamodule import MNISTDataModule
+from mnist_lightning.lightning_module import MNISTClassifier
+
+
+def batch(size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(size, 1, 28, 28), torch.randint(0, 10, (size,))
+
+
+def fit_one_batch(model: MNISTClassifier, data_dir) -> Trainer:
+    """One training and one validation batch through a real Trainer loop, then one test batch."""
+    datamodule = MNISTDataModule(str(data_dir), val_size=FAKE_VAL, batch_size=50)
+    trainer = Trainer(accelerator="cpu", fast_dev_run=True, logger=False, enable_progress_bar=False)
+    trainer.fit(model, datamodule=datamodule)
+    return trainer
+
+
+def test_a_training_step_updates_the_weights(fake_mnist):
+    model = MNISTClassifier()
+    before = model.net.linear.weight.detach().clone()
+    fit_one_batch(model, fake_mnist)
+    assert not model.net.linear.weight.equal(before)
+
+
+def test_stages_log_their_metrics_under_stage_names(fake_mnist):
+    model = MNISTClassifier()
+    trainer = fit_one_batch(model, fake_mnist)
+    assert {"train/loss", "val/loss", "val/acc"} <= trainer.callback_metrics.keys()
+    trainer.test(model, datamodule=trainer.datamodule, verbose=False)
+    assert {"test/loss", "test/acc"} <= trainer.callback_metrics.keys()
+    assert 0 <= float(trainer.callback_metrics["test/acc"]) <= 1
+
+
+def test_each_stage_has_its_own_accuracy_object():
+    model = MNISTClassifier()
+    assert model.val_acc is not model.test_acc
+
+
+def test_predict_step_returns_class_probabilities():
+    probabilities = MNISTClassifier().predict_step(batch(5), 0)
+    assert probabilities.shape == (5, 10)
+    torch.testing.assert_close(probabilities.sum(dim=1), torch.ones(5))
+
+
+@pytest.mark.parametrize(("name", "cls"), [("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)])
+def test_optimizer_choice_and_hyperparameters(name, cls):
+    model = MNISTClassifier(optimizer=name, lr=0.5, momentum=0.7, lr_schedule="constant")
+    optimizer = model.configure_optimizers()
+    assert isinstance(optimizer, cls) and optimizer.defaults["lr"] == 0.5
+    if name == "sgd":
+        assert optimizer.defaults["momentum"] == 0.7
+    assert model.hparams.optimizer == name  # save_hyperparameters: stored in every checkpoint
+
+
+def test_no_device_code_on_the_lightning_side():
+    from pathlib import Path
+
+    import mnist_lightning
+
+    package = Path(mnist_lightning.__file__).parent
+    for name in ("lightning_module.py", "model.py", "train.py"):
+        source = (package / name).read_text()
+        assert ".cuda(" not in source and ".to(device" not in source and "torch.device(" not in source, name

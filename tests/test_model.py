@@ -1,0 +1,27 @@
+import subprocess
+import sys
+
+import torch
+
+from mnist_lightning.model import SimpleNN
+
+
+def test_simple_nn_maps_images_to_ten_scores():
+    model = SimpleNN()
+    assert model(torch.zeros(4, 1, 28, 28)).shape == (4, 10)
+    assert model(torch.zeros(4, 28, 28)).shape == (4, 10)
+
+
+def test_simple_nn_is_one_linear_layer_after_a_flatten():
+    model = SimpleNN()
+    assert [type(m).__name__ for m in model.children()] == ["Flatten", "Linear"]
+    assert sum(p.numel() for p in model.parameters()) == 784 * 10 + 10
+
+
+def test_model_and_plain_reference_do_not_import_lightning():
+    code = (
+        "import sys, mnist_lightning.model, mnist_lightning.plain_pytorch;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,73 @@
+"""End-to-end runs on the small fake MNIST: the Lightning template and the plain-PyTorch reference."""
+
+import json
+
+import pytest
+from conftest import TINY_RUN, one_line
+
+from mnist_lightning import plain_pytorch
+from mnist_lightning.train import main, parse_config, train
+
+METRIC_KEYS = {"test/acc", "test/loss", "epochs", "fit_seconds", "accelerator", "devices", "history"}
+
+
+def run_lightning(data_dir, output_dir, *flags):
+    return train(parse_config(["--data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags]))
+
+
+def run_plain(data_dir, output_dir, *flags):
+    args = ["--data_dir", str(data_dir), "--output_dir", str(output_dir), "--val_size", "200", "--batch_size", "100"]
+    return plain_pytorch.train_plain(plain_pytorch.build_parser().parse_args([*args, "--max_epochs", "2", *flags]))
+
+
+def test_train_fits_tests_and_writes_metrics(fake_mnist, tmp_path):
+    metrics = run_lightning(fake_mnist, tmp_path / "run", "--accelerator", "cpu", "--devices", "1")
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert METRIC_KEYS <= written.keys()
+    assert written["test/acc"] == metrics["test/acc"] > 0.9  # the fake digits are easy: it must learn them
+    assert (written["epochs"], written["accelerator"], written["devices"]) == (2, "cpu", 1)
+    assert [row["epoch"] for row in written["history"]] == [0, 1]
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
+    assert metrics["best_checkpoint"].endswith(".ckpt")
+    assert (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_main_returns_zero_and_prints_a_summary(fake_mnist, tmp_path, capsys):
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN]
+    assert main(flags) == 0
+    assert "Test accuracy" in capsys.readouterr().out
+
+
+def test_fast_dev_run_without_checkpoints(fake_mnist, tmp_path):
+    metrics = run_lightning(fake_mnist, tmp_path / "run", "--fast_dev_run", "true")
+    assert metrics["best_checkpoint"] is None and 0 <= metrics["test/acc"] <= 1
+
+
+def test_a_used_output_dir_is_refused(fake_mnist, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text("{}")
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN]
+    assert main(flags) == 2
+    assert "already holds files from an earlier run" in one_line(capsys.readouterr().err)
+
+
+def test_reference_script_trains_and_writes_the_same_keys(fake_mnist, tmp_path):
+    run_plain(fake_mnist, tmp_path / "plain", "--device", "cpu")
+    written = json.loads((tmp_path / "plain" / "metrics.json").read_text())
+    assert METRIC_KEYS <= written.keys() and written["test/acc"] > 0.9
+
+
+def test_lightning_and_plain_give_the_same_training_losses(fake_mnist, tmp_path):
+    """Same seed, data order and arithmetic: the Trainer replaces .to(device) without changing results."""
+    lightning = run_lightning(fake_mnist, tmp_path / "lightning", "--accelerator", "cpu")
+    plain = run_plain(fake_mnist, tmp_path / "plain", "--device", "cpu")
+    for ours, theirs in zip(lightning["history"], plain["history"], strict=True):
+        assert ours["train/loss"] == pytest.approx(theirs["train/loss"], abs=1e-5)
+        assert ours["val/acc"] == pytest.approx(theirs["val/acc"], abs=1e-6)
+    assert lightning["test/acc"] == pytest.approx(plain["test/acc"], abs=1e-6)
+
+
+def test_reference_script_refuses_a_missing_gpu(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert plain_pytorch.main(["--device", "cuda", "--output_dir", str(tmp_path / "p")]) == 2
+    assert "asks for a GPU, but none can be used" in one_line(capsys.readouterr().err)
