@@ -76,6 +76,11 @@ class MNISTDataModule(LightningDataModule):
     def predict_dataloader(self):
         return self._batches("test", shuffle=False)
 
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        if self.hparams.pipeline == "tensor":
+            return batch  # already on `device`: setup() put the whole dataset there
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         # Normalizing after the transfer keeps batches as uint8 until they are on the device: one batched
         # op there instead of one per image on the host.

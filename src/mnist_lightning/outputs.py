@@ -2,6 +2,8 @@
 
 import json
 import os
+import resource
+import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -32,3 +34,13 @@ def write_json(path: str | Path, data: dict) -> None:
         json.dump(data, tmp, indent=2)
         tmp.write("\n")
     os.replace(tmp.name, path)
+
+
+def peak_memory_mb(device) -> dict[str, float | None]:
+    """Peak resident memory of this process, and peak CUDA memory allocated by PyTorch (None off CUDA)."""
+    import torch
+
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return {"peak_host_mb": host, "peak_gpu_mb": gpu}

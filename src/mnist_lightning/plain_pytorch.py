@@ -7,6 +7,8 @@ initialization (same seed), same batches in the same order, same arithmetic.
 
 import argparse
 import copy
+import os
+import sys
 import time
 from collections.abc import Iterator
 
@@ -21,7 +23,7 @@ from .devices import why_no_cuda
 from .errors import UserError, run_main
 from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
 from .model import SimpleNN
-from .outputs import new_run_dir, write_json
+from .outputs import new_run_dir, peak_memory_mb, write_json
 
 Batches = Iterator[tuple[Tensor, Tensor]]  # (images, labels) on the device
 
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "torchvision's per-image PIL -> ToTensor -> Normalize through a DataLoader, to see what it costs",
     )
     parser.add_argument("--num_workers", type=int, default=0, help="DataLoader workers (per_sample only)")
+    parser.add_argument("--deterministic", action="store_true", help="deterministic algorithms only")
     return parser
 
 
@@ -122,6 +125,9 @@ def train_plain(args: argparse.Namespace) -> dict:
     device = choose_device(args.device)
     output_dir = new_run_dir(args.output_dir)
     torch.manual_seed(args.seed)
+    if args.deterministic:  # what Lightning's Trainer(deterministic=True) sets
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     download_mnist(args.data_dir)
     start = time.perf_counter()
     data = load_data(args, device)
@@ -178,6 +184,7 @@ def train_plain(args: argparse.Namespace) -> dict:
         "batch_size": args.batch_size,
         "seed": args.seed,
         "best_checkpoint": str(output_dir / "model.pt"),
+        **peak_memory_mb(device),
         "history": history,
     }
     write_json(output_dir / "metrics.json", metrics)
@@ -187,3 +194,7 @@ def train_plain(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: train_plain(build_parser().parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

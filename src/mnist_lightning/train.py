@@ -6,6 +6,7 @@ jsonargparse, the parser behind LightningCLI, reads them straight from the class
 """
 
 import inspect
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from .datamodule import MNISTDataModule
 from .devices import check_accelerator
 from .errors import UserError, run_main
 from .lightning_module import MNISTClassifier
-from .outputs import new_run_dir, write_json
+from .outputs import new_run_dir, peak_memory_mb, write_json
 
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 5, "devices": 1, "log_every_n_steps": 10}
@@ -127,6 +128,7 @@ def train(config: Namespace) -> dict[str, Any]:
         "batch_size": datamodule.hparams.batch_size,
         "seed": config.seed,
         "best_checkpoint": best_path or None,
+        **peak_memory_mb(trainer.strategy.root_device),
         "history": history.rows,
     }
     if trainer.is_global_zero:
@@ -146,3 +148,7 @@ def print_summary(metrics: dict[str, Any], output_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: train(parse_config(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
