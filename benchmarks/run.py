@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""Measure the figures in benchmarks/README.md on this machine, every run a fresh process.
+
+    python benchmarks/run.py --data_dir data --accelerator cpu          # writes benchmarks/results/cpu.json
+
+1. Data path: one plain-loop epoch at batch 64 through torchvision's per-image pipeline (0 and 2 workers)
+   and through the template's tensor pipeline; the ratio is per-sample time over tensor time.
+2. Lightning vs plain at the template's defaults and at batch 64 (scripts/compare.py, alternated repeats).
+3. Wall clock of a default `python scripts/train.py`, imports included, and its test accuracy.
+"""
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import torch
+
+from mnist_lightning.compare import build_parser as compare_parser
+from mnist_lightning.compare import compare, run_side
+from mnist_lightning.outputs import write_json
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def data_path(args, work: Path) -> dict:
+    device = "cuda" if args.accelerator == "gpu" else "cpu"
+    flags = ["--data_dir", args.data_dir, "--batch_size", "64", "--device", device]
+    cases = {
+        "per_sample, 0 workers": ["--pipeline", "per_sample", "--max_epochs", "1"],
+        "per_sample, 2 workers": ["--pipeline", "per_sample", "--num_workers", "2", "--max_epochs", "1"],
+        "tensor": ["--pipeline", "tensor", "--max_epochs", "3"],
+    }
+    seconds = {}
+    for name, extra in cases.items():
+        history = run_side("plain", flags + extra, work / name.replace(", ", "_").replace(" ", ""))["history"]
+        seconds[name] = min(row["seconds"] for row in history)  # per-sample runs have one epoch only
+    return {"epoch_seconds": seconds, "speedup": seconds["per_sample, 0 workers"] / seconds["tensor"]}
+
+
+def lightning_vs_plain(args, work: Path, *flags: str) -> dict:
+    settings = ["--data_dir", args.data_dir, "--accelerator", args.accelerator, "--repeats", str(args.repeats)]
+    result = compare(compare_parser().parse_args([*settings, *flags, "--output_dir", str(work)]))
+    return {
+        "lightning_epoch_seconds": result["lightning"]["epoch_seconds"],
+        "plain_epoch_seconds": result["plain"]["epoch_seconds"],
+        "ratio": result["epoch_time_ratio"],
+        "max_train_loss_difference": result["max_train_loss_difference"],
+        "lightning_test_acc": result["lightning"]["test/acc"],
+        "plain_test_acc": result["plain"]["test/acc"],
+        "peak_host_mb": {side: result[side]["peak_host_mb"] for side in ("lightning", "plain")},
+        "peak_gpu_mb": {side: result[side]["peak_gpu_mb"] for side in ("lightning", "plain")},
+    }
+
+
+def default_train(args, work: Path) -> dict:
+    runs = []
+    for repeat in range(args.repeats):
+        output_dir = work / f"train_{repeat}"
+        command = [sys.executable, "scripts/train.py", "--data_dir", args.data_dir, "--output_dir", str(output_dir)]
+        if args.accelerator == "gpu":
+            command += ["--accelerator", "gpu", "--devices", "1"]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        metrics = json.loads((output_dir / "metrics.json").read_text())
+        runs.append({"wall_seconds": time.perf_counter() - start, "test/acc": metrics["test/acc"]})
+    best = min(runs, key=lambda run: run["wall_seconds"])
+    return {"wall_seconds": best["wall_seconds"], "test/acc": best["test/acc"], "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default="data")
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        results = {
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": torch.get_num_threads(),
+                "gpu": torch.cuda.get_device_name() if args.accelerator == "gpu" else None,
+                "torch": torch.__version__,
+            },
+            "data_path_batch64": data_path(args, work / "data"),
+            "defaults": lightning_vs_plain(args, work / "defaults"),
+            "batch64": lightning_vs_plain(args, work / "b64", "--batch_size", "64", "--max_epochs", "3"),
+            "default_train": default_train(args, work),
+        }
+    write_json(RESULTS / f"{args.accelerator}.json", results)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
