@@ -72,6 +72,44 @@ def default_train(args, work: Path) -> dict:
     return {"wall_seconds": best["wall_seconds"], "test/acc": best["test/acc"], "runs": runs}
 
 
+def ratio(side_by_side: dict) -> str:
+    lightning, plain = side_by_side["lightning_epoch_seconds"], side_by_side["plain_epoch_seconds"]
+    return f"{side_by_side['ratio']:.2f}x ({lightning:.3f} s / {plain:.3f} s)"
+
+
+def markdown(results: dict) -> str:
+    """The table for benchmarks/README.md, straight from the measured results."""
+    data, defaults, b64, train = (results[k] for k in ("data_path_batch64", "defaults", "batch64", "default_train"))
+    seconds = data["epoch_seconds"]
+    rows = [
+        (
+            "epoch, plain loop, batch 64: torchvision per-sample pipeline, 0 workers",
+            f"{seconds['per_sample, 0 workers']:.2f} s",
+        ),
+        (
+            "epoch, plain loop, batch 64: torchvision per-sample pipeline, 2 workers",
+            f"{seconds['per_sample, 2 workers']:.2f} s",
+        ),
+        ("epoch, plain loop, batch 64: tensor pipeline (this template)", f"{seconds['tensor']:.2f} s"),
+        ("data path speed-up (per-sample, 0 workers / tensor)", f"{data['speedup']:.1f}x"),
+        ("Lightning / plain epoch time, defaults", ratio(defaults)),
+        ("Lightning / plain epoch time, batch 64", ratio(b64)),
+        (
+            "largest per-epoch train/loss difference, Lightning vs plain (defaults / batch 64)",
+            f"{defaults['max_train_loss_difference']:.1e} / {b64['max_train_loss_difference']:.1e}",
+        ),
+        (
+            "peak host memory, Lightning / plain (defaults)",
+            f"{defaults['peak_host_mb']['lightning']:.0f} / {defaults['peak_host_mb']['plain']:.0f} MB",
+        ),
+        (
+            "default `python scripts/train.py`: wall clock with imports, test accuracy",
+            f"{train['wall_seconds']:.1f} s, {100 * train['test/acc']:.2f} %",
+        ),
+    ]
+    return "\n".join(["| measure | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="data")
@@ -93,7 +131,7 @@ def main() -> None:
             "default_train": default_train(args, work),
         }
     write_json(RESULTS / f"{args.accelerator}.json", results)
-    print(json.dumps(results, indent=2))
+    print(markdown(results))
 
 
 if __name__ == "__main__":

@@ -44,19 +44,22 @@ class MNISTDataModule(LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.splits: dict[str, tuple[Tensor, Tensor]] = {}
+        # uint8 images [N, 28, 28] to predict instead of the test set (scripts/predict.py sets them).
+        self.predict_images: Tensor | None = None
 
     def prepare_data(self) -> None:
-        download_mnist(self.hparams.data_dir)
+        if self.predict_images is None:
+            download_mnist(self.hparams.data_dir)
 
     def setup(self, stage: str) -> None:
-        if self.splits:
+        if self.splits or self.predict_images is not None:
             return
         images, labels = load_mnist(self.hparams.data_dir, train=True)
         train_idx, val_idx = split_indices(len(labels), self.hparams.val_size, self.hparams.split_seed)
         test_images, test_labels = load_mnist(self.hparams.data_dir, train=False)
         # The Trainer has chosen the device; the whole dataset (47 MB as uint8) moves there once, so no
         # training step waits for a host-to-device copy. On the CPU this is a no-op.
-        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
+        device = self._device()
         self.splits = {
             "train": (images[train_idx].to(device), labels[train_idx].to(device)),
             "val": (images[val_idx].to(device), labels[val_idx].to(device)),
@@ -74,10 +77,14 @@ class MNISTDataModule(LightningDataModule):
         return self._batches("test", shuffle=False)
 
     def predict_dataloader(self):
-        return self._batches("test", shuffle=False)
+        if self.predict_images is None:
+            return self._batches("test", shuffle=False)
+        images = self.predict_images.to(self._device())
+        no_labels = torch.zeros(len(images), dtype=torch.long, device=images.device)
+        return self._tensor_batches(images, no_labels, shuffle=False)
 
     def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
-        if self.hparams.pipeline == "tensor":
+        if self.hparams.pipeline == "tensor" or self.predict_images is not None:
             return batch  # already on `device`: setup() put the whole dataset there
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
@@ -91,8 +98,16 @@ class MNISTDataModule(LightningDataModule):
         """The per-image transform of the ``per_sample`` pipeline; add augmentation here."""
         return PILToTensor()
 
-    def _batches(self, split: str, shuffle: bool):
+    def _device(self) -> torch.device:
+        return self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
+
+    def _tensor_batches(self, images: Tensor, labels: Tensor, shuffle: bool) -> TensorBatches:
         rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        # Shuffle with the run's seed (set by seed_everything), as Lightning's own DistributedSampler does.
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        return TensorBatches(images, labels, self.hparams.batch_size, shuffle, seed, world_size, rank)
+
+    def _batches(self, split: str, shuffle: bool):
         if self.hparams.pipeline == "per_sample":
             dataset = MNIST(self.hparams.data_dir, train=split != "test", transform=self.per_sample_transform())
             if split != "test":
@@ -105,7 +120,4 @@ class MNISTDataModule(LightningDataModule):
                 num_workers=self.hparams.num_workers,
                 persistent_workers=self.hparams.num_workers > 0,
             )
-        images, labels = self.splits[split]
-        # Shuffle with the run's seed (set by seed_everything), as Lightning's own DistributedSampler does.
-        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        return TensorBatches(images, labels, self.hparams.batch_size, shuffle, seed, world_size, rank)
+        return self._tensor_batches(*self.splits[split], shuffle=shuffle)

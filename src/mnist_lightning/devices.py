@@ -1,6 +1,8 @@
-"""What PyTorch can run on here, and why a GPU that was asked for cannot be used."""
+"""What PyTorch can run on here, what Lightning will pick, and why a GPU is not used."""
 
+import logging
 import os
+import sys
 
 import torch
 
@@ -32,3 +34,59 @@ def check_accelerator(accelerator: str) -> None:
         f"--accelerator {accelerator} asks for a GPU, but none can be used: {why_no_cuda()}. "
         "Train on the CPU with --accelerator cpu, or use --accelerator auto to take a GPU whenever one is usable."
     )
+
+
+def lightning_choice() -> str:
+    """What ``--accelerator auto --devices auto`` resolves to, asked of Lightning itself."""
+    from lightning.pytorch import Trainer
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no "GPU available: ..." banner
+    trainer = Trainer(accelerator="auto", devices="auto", logger=False, enable_checkpointing=False)
+    accelerator = type(trainer.accelerator).__name__.removesuffix("Accelerator").lower()
+    return f"{accelerator} x {trainer.num_devices} ({type(trainer.strategy).__name__})"
+
+
+def report() -> str:
+    """The checks people scatter through their scripts (torch build, device count, names...) as one report."""
+    lines = [
+        f"PyTorch {torch.__version__}: "
+        + (f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"),
+        f"cuDNN: {torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else 'not available'}",
+        "CUDA_VISIBLE_DEVICES: "
+        + (repr(os.environ["CUDA_VISIBLE_DEVICES"]) if "CUDA_VISIBLE_DEVICES" in os.environ else "not set"),
+        f"torch.cuda.is_available(): {torch.cuda.is_available()}",
+        f"torch.cuda.device_count(): {torch.cuda.device_count() if torch.cuda.is_available() else 0}",
+    ]
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            lines.append(
+                f"  cuda:{index}: {props.name}, compute capability {props.major}.{props.minor}, "
+                f"{props.total_memory / 2**30:.1f} GiB"
+            )
+    lines += [
+        f"MPS (Apple GPU) available: {torch.backends.mps.is_available()}",
+        f"CPU threads: {torch.get_num_threads()}",
+        f"--accelerator auto --devices auto picks: {lightning_choice()}",
+    ]
+    if not torch.cuda.is_available():
+        lines.append(
+            f"No CUDA GPU is used because {why_no_cuda()}. "
+            + (
+                "Install a CUDA build of PyTorch (see pytorch.org) on a machine with an NVIDIA GPU."
+                if torch.version.cuda is None
+                else "Unset CUDA_VISIBLE_DEVICES or list a GPU index in it."
+                if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1")
+                else "Check `nvidia-smi`: it must list the GPU, with a driver that supports this CUDA version."
+            )
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable
 
 USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
@@ -17,6 +18,8 @@ class UserError(Exception):
 
 def run_main(main: Callable[[], object]) -> int:
     """Run an entry point; a UserError becomes a wrapped paragraph on stderr and its exit status."""
+    # Lightning 2.6 with torch >= 2.13 warns about its own use of a torch API at every run; not the user's concern.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     try:
         main()
     except UserError as error:

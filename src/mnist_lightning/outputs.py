@@ -33,6 +33,9 @@ def write_json(path: str | Path, data: dict) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
         json.dump(data, tmp, indent=2)
         tmp.write("\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # a temporary file is private (0600); give it the usual permissions
     os.replace(tmp.name, path)
 
 

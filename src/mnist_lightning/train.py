@@ -6,6 +6,7 @@ jsonargparse, the parser behind LightningCLI, reads them straight from the class
 """
 
 import inspect
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import EpochHistory
 from .datamodule import MNISTDataModule
@@ -26,6 +28,7 @@ from .outputs import new_run_dir, peak_memory_mb, write_json
 
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 5, "devices": 1, "log_every_n_steps": 10}
+RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"
 # Redraw the progress bar every this many batches: a redraw costs about as much as a CPU training step.
 PROGRESS_BAR_REFRESH_RATE = 10
 
@@ -99,10 +102,22 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
     return trainer, checkpoint, history
 
 
+def run_dir(config: Namespace) -> Path:
+    """This run's folder, decided once by rank 0 and shared with the processes Lightning starts for DDP."""
+    if rank_zero_only.rank > 0:  # a DDP rank: rank 0 has already chosen (and passed it on) or was told
+        shared = config.output_dir or os.environ.get(RUN_DIR_VARIABLE)
+        if not shared:
+            raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
+        return Path(shared)
+    output_dir = Path(config.output_dir) if config.ckpt_path else new_run_dir(config.output_dir)
+    os.environ[RUN_DIR_VARIABLE] = str(output_dir.resolve())  # inherited by the ranks Lightning launches
+    return output_dir
+
+
 def train(config: Namespace) -> dict[str, Any]:
     """Fit, test the best checkpoint and return (and write) the run's metrics."""
     check_accelerator(config.accelerator)
-    output_dir = Path(config.output_dir) if config.ckpt_path else new_run_dir(config.output_dir)
+    output_dir = run_dir(config)
     seed_everything(config.seed, workers=True)
     datamodule = MNISTDataModule(**kwargs_for(MNISTDataModule, config))
     model = MNISTClassifier(**kwargs_for(MNISTClassifier, config))

@@ -1,0 +1,135 @@
+#!/usr/bin/env python
+"""What Lightning costs per step, feature by feature, against the plain loop, in one process.
+
+    python benchmarks/lightning_overhead.py --data_dir data --batch_size 64 --repeats 3
+
+Each row adds one feature to the row above it, so the differences between rows are what each feature costs.
+All rows train the same model on the same device-resident batches; epoch 0 (warm-up) is left out; each row's
+figure is its best repeat (interference on a shared machine only ever adds time).
+"""
+
+import argparse
+import contextlib
+import io
+import logging
+import statistics
+import warnings
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import torch.nn.functional as F
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
+
+from mnist_lightning import plain_pytorch
+from mnist_lightning.callbacks import EpochHistory
+from mnist_lightning.datamodule import MNISTDataModule
+from mnist_lightning.lightning_module import MNISTClassifier
+from mnist_lightning.train import PROGRESS_BAR_REFRESH_RATE
+
+
+class BareStep(MNISTClassifier):
+    """Only the loss: no metric update, no logging."""
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        return F.cross_entropy(self(images), labels)
+
+
+class EpochLossOnly(MNISTClassifier):
+    """The epoch-mean loss (a torchmetrics MeanMetric), without the per-step logging of the template."""
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        loss = F.cross_entropy(self(images), labels)
+        self.train_loss.update(loss.detach(), weight=len(labels))
+        if batch_idx == 0:
+            self.log("train/loss", self.train_loss, on_step=False, on_epoch=True)
+        return loss
+
+
+class LogEveryStep(MNISTClassifier):
+    """What most templates do: self.log on every step, for the step value and the epoch mean."""
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        loss = F.cross_entropy(self(images), labels)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        return loss
+
+
+FEATURES = [
+    "Lightning, bare training_step",
+    "+ epoch loss (MeanMetric)",
+    "+ step loss logged every 10 steps (template)",
+    "+ model summary",
+    "+ ModelCheckpoint",
+    "+ CSVLogger",
+    f"+ progress bar, refresh every {PROGRESS_BAR_REFRESH_RATE} (= template defaults)",
+    "template defaults, but progress bar refresh every step",
+    "template defaults, but self.log on every step",
+]
+
+
+def lightning_epoch(level: int, args, work: Path) -> float:
+    module = {0: BareStep, 1: EpochLossOnly, 8: LogEveryStep}.get(level, MNISTClassifier)
+    history = EpochHistory()
+    callbacks = [history]
+    if level >= 4:
+        callbacks.append(ModelCheckpoint(dirpath=work / "ckpt", monitor="val/acc", mode="max", save_last=True))
+    if level >= 6:
+        callbacks.append(TQDMProgressBar(refresh_rate=1 if level == 7 else PROGRESS_BAR_REFRESH_RATE))
+    seed_everything(42, verbose=False)
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=args.max_epochs,
+        log_every_n_steps=10,
+        callbacks=callbacks,
+        enable_model_summary=level >= 3,
+        enable_checkpointing=level >= 4,
+        logger=CSVLogger(work, name="", version="") if level >= 5 else False,
+        enable_progress_bar=level >= 6,
+        num_sanity_val_steps=0,
+    )
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(module(), datamodule=MNISTDataModule(args.data_dir, batch_size=args.batch_size))
+    return statistics.median(row["seconds"] for row in history.rows[1:])
+
+
+def plain_epoch(args, work: Path) -> float:
+    flags = ["--data_dir", args.data_dir, "--device", "cpu", "--batch_size", str(args.batch_size)]
+    flags += ["--max_epochs", str(args.max_epochs), "--output_dir", str(work / "plain")]
+    with contextlib.redirect_stdout(io.StringIO()):
+        metrics = plain_pytorch.train_plain(plain_pytorch.build_parser().parse_args(flags))
+    return statistics.median(row["seconds"] for row in metrics["history"][1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default="data")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--max_epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    times: dict[str, list[float]] = {"plain PyTorch loop": []} | {name: [] for name in FEATURES}
+    for _ in range(args.repeats):
+        with TemporaryDirectory() as tmp:
+            times["plain PyTorch loop"].append(plain_epoch(args, Path(tmp)))
+        for level, name in enumerate(FEATURES):
+            with TemporaryDirectory() as tmp:
+                times[name].append(lightning_epoch(level, args, Path(tmp)))
+    plain = min(times["plain PyTorch loop"])
+    steps = -(-55_000 // args.batch_size) + -(-5_000 // args.batch_size)
+    print(f"batch {args.batch_size}, {steps} steps per epoch (training and validation), best of {args.repeats}\n")
+    print("| configuration | epoch (s) | / plain | extra per step (ms) |\n|---|---|---|---|")
+    for name, seconds in times.items():
+        best = min(seconds)
+        print(f"| {name} | {best:.3f} | {best / plain:.2f}x | {1000 * (best - plain) / steps:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

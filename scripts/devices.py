@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""What PyTorch and Lightning see on this machine, and why a GPU is not used: `python scripts/devices.py`."""
+
+import sys
+
+from mnist_lightning.devices import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""Test a checkpoint: `python scripts/evaluate.py --ckpt_path runs/<run>/checkpoints/last.ckpt`."""
+
+import sys
+
+from mnist_lightning.evaluate import main
+
+if __name__ == "__main__":
+    sys.exit(main())

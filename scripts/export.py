@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""Export a checkpoint's SimpleNN for serving without Lightning (.pt2, and ONNX with the onnx extra).
+
+python scripts/export.py --ckpt_path runs/<run>/checkpoints/last.ckpt
+"""
+
+import sys
+
+from mnist_lightning.export import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""DDP on two CPU processes, bf16 mixed precision, determinism, and the seed program's config."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FAKE_VAL, TINY_RUN
+
+from mnist_lightning.train import parse_config, train
+
+ROOT = Path(__file__).resolve().parents[1]
+VOLATILE = {"fit_seconds", "best_checkpoint", "peak_host_mb", "peak_gpu_mb", "history"}
+
+
+def run(data_dir, output_dir, *flags):
+    return train(parse_config(["--data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags]))
+
+
+def test_bf16_mixed_precision_on_cpu(fake_mnist, tmp_path):
+    metrics = run(fake_mnist, tmp_path / "bf16", "--accelerator", "cpu", "--precision", "bf16-mixed")
+    assert metrics["precision"] == "bf16-mixed" and metrics["test/acc"] > 0.9
+
+
+def test_same_seed_and_deterministic_runs_write_identical_metrics(fake_mnist, tmp_path):
+    flags = ["--accelerator", "cpu", "--seed", "7", "--deterministic", "true"]
+    first, second = (run(fake_mnist, tmp_path / name, *flags) for name in ("a", "b"))
+    assert {k: v for k, v in first.items() if k not in VOLATILE} == {
+        k: v for k, v in second.items() if k not in VOLATILE
+    }
+    losses = [[row["train/loss"] for row in m["history"]] for m in (first, second)]
+    assert losses[0] == losses[1]
+    assert run(fake_mnist, tmp_path / "c", "--accelerator", "cpu", "--seed", "8")["history"] != first["history"]
+
+
+@pytest.mark.slow
+def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
+    """Lightning's own DDP (gloo on CPU): one metrics.json from rank 0, metrics synced over both ranks."""
+    output_dir = tmp_path / "ddp"
+    flags = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--data_dir", str(fake_mnist)]
+    flags += ["--output_dir", str(output_dir), *TINY_RUN]
+    result = subprocess.run([sys.executable, "scripts/train.py", *flags], cwd=ROOT, capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    metrics = json.loads((output_dir / "metrics.json").read_text())
+    assert metrics["devices"] == 2 and metrics["test/acc"] > 0.9
+    # Each rank trained on its own half: 1,000 training images, batch 100 -> 5 steps per rank per epoch.
+    steps = [line for line in (output_dir / "metrics.csv").read_text().splitlines()[1:] if line.split(",")[0]]
+    assert steps  # the CSV logger wrote, once
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]  # no second run folder from rank 1
+    assert result.stdout.decode().count("Test accuracy") == 1  # only rank 0 prints the summary
+
+
+@pytest.mark.real_data
+def test_seed003_config_reaches_91_percent(real_mnist, tmp_path):
+    config = parse_config(["--config", str(ROOT / "configs" / "seed003.yaml"), "--data_dir", str(real_mnist)])
+    config.output_dir, config.enable_progress_bar = str(tmp_path / "seed003"), False
+    metrics = train(config)
+    assert (metrics["batch_size"], metrics["epochs"]) == (32, 5)
+    assert metrics["test/acc"] >= 0.91
+
+
+def test_seed003_config_parses_to_the_seed_program():
+    config = parse_config(["--config", str(ROOT / "configs" / "seed003.yaml")])
+    assert (config.optimizer, config.lr, config.momentum, config.batch_size) == ("sgd", 0.01, 0.9, 32)
+    assert (config.mean, config.std, config.max_epochs, config.lr_schedule) == (0.5, 0.5, 5, "constant")
+    assert FAKE_VAL < config.val_size
