@@ -71,3 +71,31 @@ def test_reference_script_refuses_a_missing_gpu(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert plain_pytorch.main(["--device", "cuda", "--output_dir", str(tmp_path / "p")]) == 2
     assert "asks for a GPU, but none can be used" in one_line(capsys.readouterr().err)
+
+
+def test_plots_tensorboard_and_quiet(fake_mnist, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard")
+    run_lightning(fake_mnist, tmp_path / "run", "--logger", "tensorboard", "--quiet", "true")
+    captured = capsys.readouterr()
+    assert "Epoch 1" not in captured.err and "Seed set" not in captured.err + captured.out
+    for plot in ("curves.png", "confusion_matrix.png"):
+        assert (tmp_path / "run" / plot).stat().st_size > 10_000
+        assert f"Plot: {tmp_path / 'run' / plot}" in captured.out
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_the_confusion_matrix_counts_every_test_image(fake_mnist, tmp_path):
+    from conftest import FAKE_TEST
+
+    config = parse_config(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
+    from mnist_lightning.datamodule import MNISTDataModule
+    from mnist_lightning.lightning_module import MNISTClassifier
+    from mnist_lightning.train import build_trainer, kwargs_for
+
+    model = MNISTClassifier(**kwargs_for(MNISTClassifier, config))
+    trainer, _, _ = build_trainer(config, tmp_path / "run")
+    (results,) = trainer.test(model, datamodule=MNISTDataModule(**kwargs_for(MNISTDataModule, config)))
+    matrix = model.test_confusion_matrix
+    assert int(matrix.sum()) == FAKE_TEST
+    assert float(matrix.trace() / matrix.sum()) == pytest.approx(results["test/acc"])

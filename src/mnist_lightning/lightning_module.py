@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from .model import SimpleNN
 
@@ -39,6 +39,8 @@ class MNISTClassifier(LightningModule):
         # One metric object per stage: a metric accumulates state, and sharing one would mix the stages.
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes=10, average="micro")
+        self.test_confusion = MulticlassConfusionMatrix(num_classes=10)
+        self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
@@ -60,19 +62,25 @@ class MNISTClassifier(LightningModule):
         self._evaluate(batch, "val", self.val_acc)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_acc)
+        logits = self._evaluate(batch, "test", self.test_acc)
+        self.test_confusion.update(logits, batch[1])
+
+    def on_test_epoch_end(self) -> None:
+        self.test_confusion_matrix = self.test_confusion.compute()  # summed over DDP ranks
+        self.test_confusion.reset()
 
     def predict_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         """Class probabilities [batch, 10] for the images in ``batch[0]``."""
         return self(batch[0]).softmax(dim=-1)
 
-    def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str, accuracy: MulticlassAccuracy) -> None:
+    def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str, accuracy: MulticlassAccuracy) -> Tensor:
         images, labels = batch
         logits = self(images)
         accuracy(logits, labels)
         # sync_dist averages the loss over DDP ranks; torchmetrics syncs the accuracy by itself.
         self.log(f"{stage}/loss", F.cross_entropy(logits, labels), prog_bar=True, sync_dist=True)
         self.log(f"{stage}/acc", accuracy, prog_bar=True)
+        return logits
 
     def configure_optimizers(self):
         hp = self.hparams

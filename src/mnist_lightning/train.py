@@ -5,18 +5,20 @@ Every option of the Trainer, of MNISTClassifier and of MNISTDataModule is a top-
 jsonargparse, the parser behind LightningCLI, reads them straight from the classes' signatures.
 """
 
+import importlib.util
 import inspect
+import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import EpochHistory
@@ -25,6 +27,7 @@ from .devices import check_accelerator
 from .errors import UserError, run_main
 from .lightning_module import MNISTClassifier
 from .outputs import new_run_dir, peak_memory_mb, write_json
+from .plots import save_plots
 
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 5, "devices": 1, "log_every_n_steps": 10}
@@ -49,10 +52,20 @@ def build_parser() -> ArgumentParser:
         help="Folder for checkpoints, logs and metrics.json (default: a new folder under runs/).",
     )
     parser.add_argument("--ckpt_path", type=str | None, default=None, help="Checkpoint to resume training from.")
+    parser.add_argument(
+        "--quiet", type=bool, default=False, help="No progress bar, model summary or Lightning banner: logs only."
+    )
     parser.add_class_arguments(MNISTClassifier, nested_key=None, instantiate=False)
     parser.add_class_arguments(MNISTDataModule, nested_key=None, instantiate=False)
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
-    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir"})
+    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir", "logger"})
+    parser.add_argument(
+        "--logger",
+        type=Literal["csv", "tensorboard"] | bool | Logger | list[Logger] | None,
+        default="csv",
+        help="csv (metrics.csv in the run folder), tensorboard (needs the tensorboard extra), false, or any "
+        "Lightning Logger by class path, e.g. --logger WandbLogger --logger.project mnist.",
+    )
     parser.set_defaults(TRAINER_DEFAULTS)
     return parser
 
@@ -75,6 +88,16 @@ def as_list(value: Any) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
+def make_logger(config: Namespace, output_dir: Path) -> Logger | list[Logger] | bool:
+    if config.logger in ("csv", None, True):
+        return CSVLogger(output_dir, name="", version="")  # writes <output_dir>/metrics.csv
+    if config.logger == "tensorboard":
+        if not (importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")):
+            raise UserError('--logger tensorboard needs TensorBoard: pip install -e ".[tensorboard]".')
+        return TensorBoardLogger(output_dir, name="tensorboard", version="")
+    return config.logger  # False, or Logger objects built from class paths
+
+
 def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCheckpoint | None, EpochHistory]:
     history = EpochHistory()
     callbacks = [*as_list(config.callbacks), history]
@@ -91,10 +114,10 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
         callbacks.append(checkpoint)
     if config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(TQDMProgressBar(refresh_rate=PROGRESS_BAR_REFRESH_RATE))
-    logger = config.logger
-    if logger is None or logger is True:
-        logger = CSVLogger(output_dir, name="", version="")  # writes <output_dir>/metrics.csv
-    trainer_kwargs = kwargs_for(Trainer, config) | {"callbacks": callbacks, "logger": logger}
+    trainer_kwargs = kwargs_for(Trainer, config) | {"callbacks": callbacks, "logger": make_logger(config, output_dir)}
+    if config.quiet:
+        trainer_kwargs |= {"enable_progress_bar": False, "enable_model_summary": False}
+        callbacks[:] = [c for c in callbacks if not isinstance(c, ProgressBar)]
     try:
         trainer = Trainer(default_root_dir=output_dir, **trainer_kwargs)
     except MisconfigurationException as error:
@@ -118,6 +141,9 @@ def train(config: Namespace) -> dict[str, Any]:
     """Fit, test the best checkpoint and return (and write) the run's metrics."""
     check_accelerator(config.accelerator)
     output_dir = run_dir(config)
+    if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
+        for name in ("lightning.pytorch", "lightning.fabric"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     seed_everything(config.seed, workers=True)
     datamodule = MNISTDataModule(**kwargs_for(MNISTDataModule, config))
     model = MNISTClassifier(**kwargs_for(MNISTClassifier, config))
@@ -148,17 +174,24 @@ def train(config: Namespace) -> dict[str, Any]:
     }
     if trainer.is_global_zero:
         write_json(output_dir / "metrics.json", metrics)
-        print_summary(metrics, output_dir)
+        plots = []
+        if importlib.util.find_spec("matplotlib"):
+            plots = save_plots(history.rows, model.test_confusion_matrix, output_dir)
+        print_summary(metrics, output_dir, plots)
     return metrics
 
 
-def print_summary(metrics: dict[str, Any], output_dir: Path) -> None:
+def print_summary(metrics: dict[str, Any], output_dir: Path, plots: list[Path]) -> None:
     print(
         f"\nTest accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}) after "
         f"{metrics['epochs']} epochs, fit in {metrics['fit_seconds']:.1f} s on "
         f"{metrics['devices']} x {metrics['accelerator']} ({metrics['precision']} precision).\n"
-        f"Run folder: {output_dir}  (metrics.json, metrics.csv, checkpoints/)"
+        f"Run folder: {output_dir}  (metrics.json, checkpoints/, logs)"
     )
+    for path in plots:
+        print(f"Plot: {path}")
+    if not plots:
+        print('Plots: pip install -e ".[plots]" for learning curves and a confusion matrix.')
 
 
 def main(argv: list[str] | None = None) -> int:

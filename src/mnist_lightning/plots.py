@@ -1,0 +1,59 @@
+"""PNG plots of a finished run: learning curves and the test confusion matrix (needs the plots extra)."""
+
+from pathlib import Path
+
+from torch import Tensor
+
+
+def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) -> list[Path]:
+    """Write curves.png (and confusion_matrix.png when given one); returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no window: works on servers and in CI
+    import matplotlib.pyplot as plt
+
+    paths = []
+    epochs = [row["epoch"] + 1 for row in history]
+    figure, (loss_axes, acc_axes) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for key, label in (("train/loss", "training"), ("val/loss", "validation")):
+        loss_axes.plot(epochs, [row.get(key) for row in history], marker="o", label=label)
+    loss_axes.set(title="Cross-entropy loss", xlabel="epoch", ylabel="loss")
+    loss_axes.legend()
+    acc_axes.plot(epochs, [100 * row.get("val/acc", float("nan")) for row in history], marker="o", color="tab:green")
+    acc_axes.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy (%)")
+    for axes in (loss_axes, acc_axes):
+        axes.grid(alpha=0.3)
+        axes.xaxis.get_major_locator().set_params(integer=True)
+    paths.append(output_dir / "curves.png")
+    figure.savefig(paths[-1], dpi=120)
+    plt.close(figure)
+
+    if confusion is not None:
+        counts = confusion.cpu().numpy()
+        figure, axes = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
+        image = axes.imshow(counts, cmap="Blues")
+        figure.colorbar(image, ax=axes, label="test images")
+        for true in range(10):
+            for predicted in range(10):
+                dark = counts[true, predicted] > counts.max() / 2
+                axes.text(
+                    predicted,
+                    true,
+                    int(counts[true, predicted]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if dark else "black",
+                )
+        accuracy = 100 * counts.trace() / counts.sum()
+        axes.set(
+            title=f"Test confusion matrix ({accuracy:.2f} % correct)",
+            xlabel="predicted digit",
+            ylabel="true digit",
+            xticks=range(10),
+            yticks=range(10),
+        )
+        paths.append(output_dir / "confusion_matrix.png")
+        figure.savefig(paths[-1], dpi=120)
+        plt.close(figure)
+    return paths
