@@ -2,6 +2,7 @@
 
 import time
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
@@ -18,6 +19,8 @@ class EpochHistory(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Validation has already run when this hook fires, so the time and metrics cover the whole epoch.
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)  # CUDA runs asynchronously: wait before reading the clock
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start}
         metrics = trainer.callback_metrics
         row.update({name: float(metrics[name]) for name in RECORDED if name in metrics})

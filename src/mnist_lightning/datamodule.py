@@ -42,6 +42,11 @@ class MNISTDataModule(LightningDataModule):
         std: float = STD,
     ) -> None:
         super().__init__()
+        if batch_size < 1 or val_size < 1 or num_workers < 0 or std <= 0:
+            raise ValueError(
+                f"--batch_size and --val_size must be >= 1 (got {batch_size}, {val_size}), --num_workers >= 0 "
+                f"(got {num_workers}) and --std > 0 (got {std})"
+            )
         self.save_hyperparameters()
         self.splits: dict[str, tuple[Tensor, Tensor]] = {}
         # uint8 images [N, 28, 28] to predict instead of the test set (scripts/predict.py sets them).

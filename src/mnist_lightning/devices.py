@@ -24,9 +24,18 @@ def why_no_cuda() -> str:
     )
 
 
-def check_accelerator(accelerator: str) -> None:
-    """Refuse a GPU run up front, with the reason, when no GPU is usable."""
-    if str(accelerator).lower() not in GPU_ACCELERATORS or torch.cuda.is_available():
+def check_accelerator(accelerator: str, devices: object = 1) -> None:
+    """Refuse a GPU run up front, with the reason, when no GPU (or not enough of them) is usable."""
+    if str(accelerator).lower() not in GPU_ACCELERATORS:
+        return
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        wanted = int(devices) if str(devices).isdigit() else None
+        if wanted is not None and wanted > count:
+            raise UserError(
+                f"--devices {wanted} asks for {wanted} GPUs, but this machine has {count}. "
+                f"Use --devices {count} (or -1 for all), or a list of GPU indices such as [0]."
+            )
         return
     if accelerator == "gpu" and torch.backends.mps.is_available():
         return  # Lightning's "gpu" also means Apple's MPS

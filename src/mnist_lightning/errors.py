@@ -24,6 +24,7 @@ def run_main(main: Callable[[], object]) -> int:
         main()
     except UserError as error:
         paragraph = " ".join(str(error).split())
-        print(textwrap.fill(f"Error: {paragraph}", width=100), file=sys.stderr)
+        wrapped = textwrap.fill(f"Error: {paragraph}", width=100, break_on_hyphens=False, break_long_words=False)
+        print(wrapped, file=sys.stderr)
         return error.exit_code
     return 0

@@ -26,7 +26,7 @@ def build_parser() -> ArgumentParser:
 
 
 def evaluate(config: Namespace) -> dict:
-    check_accelerator(config.accelerator)
+    check_accelerator(config.accelerator, config.devices)
     overrides = {key: config[key] for key in ("data_dir", "batch_size") if config[key] is not None}
     checkpoint = load_checkpoint(config.ckpt_path, **overrides)
     output_dir = new_run_dir(config.output_dir)

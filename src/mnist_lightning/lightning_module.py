@@ -33,6 +33,10 @@ class MNISTClassifier(LightningModule):
         lr_schedule: Literal["cosine", "constant"] = "cosine",
     ) -> None:
         super().__init__()
+        if lr <= 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError(
+                f"--lr must be > 0 (got {lr}), --momentum and --weight_decay >= 0 (got {momentum}, {weight_decay})"
+            )
         self.save_hyperparameters()
         self.net = SimpleNN()
         self.train_loss = MeanMetric()

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 from torchvision.datasets import MNIST
+from torchvision.datasets.utils import check_integrity
 
 from .errors import UserError
 
@@ -23,6 +24,15 @@ def raw_folder(data_dir: str | Path) -> Path:
 
 def download_mnist(data_dir: str | Path) -> None:
     """Fetch MNIST into ``<data_dir>/MNIST/raw`` unless it is there; files already present are MD5-checked."""
+    for filename, md5 in MNIST.resources:
+        archive = raw_folder(data_dir) / filename
+        # torchvision would quietly try to download over a damaged file; say which file is wrong instead.
+        if archive.is_file() and not check_integrity(str(archive), md5):
+            raise UserError(
+                f"{archive.resolve()} is damaged: its MD5 checksum is not MNIST's ({md5}). Delete it and run "
+                "again to download it, or copy an intact original in its place.",
+                exit_code=1,
+            )
     try:
         for train in (True, False):
             MNIST(data_dir, train=train, download=True)

@@ -18,12 +18,23 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
         candidates = (Path(runs_root) / (stamp if n == 0 else f"{stamp}_{n}") for n in range(1000))
         output_dir = next(path for path in candidates if not path.exists())
     output_dir = Path(output_dir)
+    check_writable(output_dir)
     if output_dir.exists() and any(output_dir.iterdir()):
         raise UserError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
         )
     return output_dir
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse, before any training, a folder that cannot be created or written."""
+    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(
+            f"The output folder {folder} cannot be written: {existing} is "
+            f"{'not a folder' if not existing.is_dir() else 'not writable'}. Pass a writable --output_dir."
+        )
 
 
 def write_json(path: str | Path, data: dict) -> None:

@@ -9,6 +9,7 @@ import importlib.util
 import inspect
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -120,8 +121,12 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
         callbacks[:] = [c for c in callbacks if not isinstance(c, ProgressBar)]
     try:
         trainer = Trainer(default_root_dir=output_dir, **trainer_kwargs)
-    except MisconfigurationException as error:
-        raise UserError(f"The Trainer settings do not work together: {error}") from error
+    except (MisconfigurationException, TypeError, ValueError) as error:
+        # Lightning's own messages name the setting and list the valid values.
+        raise UserError(
+            f"The Trainer settings are not valid: {error} (--devices takes a count like 1, a list like [0, 1], "
+            "-1 for all, or auto; run `python scripts/train.py --help` for every option)."
+        ) from error
     return trainer, checkpoint, history
 
 
@@ -132,25 +137,45 @@ def run_dir(config: Namespace) -> Path:
         if not shared:
             raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
         return Path(shared)
-    output_dir = Path(config.output_dir) if config.ckpt_path else new_run_dir(config.output_dir)
+    if config.ckpt_path == "last":  # resume the run in --output_dir where it stopped
+        last = Path(config.output_dir or "") / "checkpoints" / "last.ckpt"
+        if not config.output_dir or not last.is_file():
+            found = f"{last} does not exist" if config.output_dir else "no --output_dir was given"
+            raise UserError(
+                f"--ckpt_path last resumes the run in --output_dir, but {found}. Pass the folder of the run to "
+                "resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+            )
+        output_dir = Path(config.output_dir)
+    else:
+        output_dir = new_run_dir(config.output_dir)
     os.environ[RUN_DIR_VARIABLE] = str(output_dir.resolve())  # inherited by the ranks Lightning launches
     return output_dir
 
 
 def train(config: Namespace) -> dict[str, Any]:
     """Fit, test the best checkpoint and return (and write) the run's metrics."""
-    check_accelerator(config.accelerator)
+    check_accelerator(config.accelerator, config.devices)
     output_dir = run_dir(config)
     if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
         for name in ("lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).setLevel(logging.WARNING)
     seed_everything(config.seed, workers=True)
-    datamodule = MNISTDataModule(**kwargs_for(MNISTDataModule, config))
-    model = MNISTClassifier(**kwargs_for(MNISTClassifier, config))
+    try:
+        datamodule = MNISTDataModule(**kwargs_for(MNISTDataModule, config))
+        model = MNISTClassifier(**kwargs_for(MNISTClassifier, config))
+    except ValueError as error:
+        raise UserError(f"{error}.") from error
     trainer, checkpoint, history = build_trainer(config, output_dir)
 
     start = time.perf_counter()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=config.ckpt_path)
+    existed = output_dir.exists()
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=config.ckpt_path)
+    except Exception:
+        # A run that failed before its first checkpoint leaves nothing behind (no empty or half-written folder).
+        if not existed and trainer.is_global_zero and not list(output_dir.glob("checkpoints/*.ckpt")):
+            shutil.rmtree(output_dir, ignore_errors=True)
+        raise
     fit_seconds = time.perf_counter() - start
     # Test the weights that did best on validation, not merely the last ones.
     best_path = checkpoint.best_model_path if checkpoint else ""

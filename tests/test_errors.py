@@ -1,0 +1,99 @@
+"""A user's mistake ends in one clear paragraph and a non-zero exit, never a traceback, and writes nothing."""
+
+import gzip
+
+import pytest
+import torch
+from conftest import TINY_RUN, one_line
+from torchvision.datasets import MNIST
+
+from mnist_lightning.train import main
+
+# (flags, exit status, phrases the message must contain)
+BAD_FLAGS = [
+    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count"]),
+    (["--devices", "-3"], 2, ["Trainer settings are not valid", "should be an int"]),
+    (["--devices", "abc"], 2, ["Trainer settings are not valid"]),
+    (["--accelerator", "tpux"], 2, ["invalid accelerator name", "cpu"]),
+    (["--strategy", "nonsense"], 2, ["invalid strategy name", "ddp"]),
+    (["--precision", "12"], 2, ["precision"]),
+    (["--batch_size", "0"], 2, ["--batch_size", "must be >= 1", "got 0"]),
+    (["--lr", "-1"], 2, ["--lr must be > 0", "got -1.0"]),
+    (["--max_epochs", "-5"], 2, ["max_epochs", "non-negative integer or -1"]),
+    (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
+    (["--config", "missing.yaml"], 2, ["missing.yaml", "does not exist"]),
+    (["--ckpt_path", "last"], 2, ["--ckpt_path last resumes the run", "does not exist"]),
+]
+
+
+def run(fake_mnist, output_dir, *flags) -> int:
+    return main(["--data_dir", str(fake_mnist), "--output_dir", str(output_dir), *TINY_RUN, *flags])
+
+
+def assert_clean_failure(capsys, code, expected_code, phrases, output_dir):
+    captured = capsys.readouterr()
+    message = one_line(captured.err)
+    assert code == expected_code, message
+    assert "Traceback" not in captured.err + captured.out
+    for phrase in phrases:
+        assert phrase in message, (phrase, message)
+    assert not output_dir.exists() or not any(output_dir.iterdir())
+
+
+@pytest.mark.parametrize(("flags", "expected_code", "phrases"), BAD_FLAGS, ids=[" ".join(f) for f, _, _ in BAD_FLAGS])
+def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_code, phrases):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = run(fake_mnist, tmp_path / "run", *flags)
+    except SystemExit as exit_info:  # the parser's own errors (argparse convention: exit status 2)
+        code = exit_info.code
+    assert_clean_failure(capsys, code, expected_code, phrases, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("config_text", "phrases"),
+    [("max_epochs: [1,\n", ["line 2"]), ("max_epochs: 2\nbatchsize: 10\n", ["batchsize"])],
+    ids=["malformed", "unknown key"],
+)
+def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
+    (tmp_path / "bad.yaml").write_text(config_text)
+    with pytest.raises(SystemExit) as exit_info:
+        run(fake_mnist, tmp_path / "run", "--config", str(tmp_path / "bad.yaml"))
+    assert_clean_failure(capsys, exit_info.value.code, 2, phrases, tmp_path / "run")
+
+
+def test_missing_mnist_without_network_names_the_folder_and_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(MNIST, "mirrors", [])  # as offline: every download attempt fails
+    code = main(["--data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
+    message = one_line(capsys.readouterr().err)
+    assert code == 1
+    assert str((tmp_path / "data" / "MNIST" / "raw").resolve()) in message
+    for name in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        assert name in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_damaged_mnist_file_is_refused_and_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(MNIST, "mirrors", [])
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
+    code = main(["--data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
+    message = one_line(capsys.readouterr().err)
+    assert code == 1 and "train-labels-idx1-ubyte.gz is damaged" in message and "MD5" in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_output_folder_that_cannot_be_written(fake_mnist, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    code = run(fake_mnist, tmp_path / "a_file" / "run")
+    assert code == 2 and "cannot be written" in one_line(capsys.readouterr().err)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path, capsys):
+    from mnist_lightning.evaluate import main as evaluate_main
+
+    other = {"hyper_parameters": {}, "state_dict": {"net.linear.weight": torch.zeros(3, 3)}, "epoch": 0}
+    torch.save(other, tmp_path / "other.ckpt")
+    assert evaluate_main(["--ckpt_path", str(tmp_path / "other.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
+    assert "is not a readable checkpoint of this project's MNISTClassifier" in one_line(capsys.readouterr().err)
