@@ -1,10 +1,12 @@
 # `make train` and `make test` do all the set-up themselves: the first use creates .venv and installs the
 # project into it (pip install -e ".[dev]"); later uses reuse it. Extra arguments go in ARGS="...".
+# `make test` skips the tests marked slow (several processes each: DDP, kill -9, a baked project);
+# `make test-all` runs everything, as CI does.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install train test lint format clean
+.PHONY: install train test test-all lint format clean
 
 install: $(VENV)/.installed
 
@@ -17,6 +19,9 @@ train: install
 	$(BIN)/python scripts/train.py $(ARGS)
 
 test: install
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+test-all: install
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: install

@@ -116,6 +116,7 @@ def test_invalid_names_are_refused_and_nothing_is_left(template, tmp_path, conte
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.slow
 def test_the_baked_project_installs_passes_its_tests_and_trains(custom_project, fake_mnist, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -131,7 +132,7 @@ def test_the_baked_project_installs_passes_its_tests_and_trains(custom_project, 
     where = subprocess.run([python, "-c", "import digit_reader; print(digit_reader.__file__)"], capture_output=True)
     assert str(custom_project) in where.stdout.decode()
 
-    # Its whole suite but the slow multi-process tests, which this suite has just run on the same code.
+    # Its default suite (`make test`: all but the slow multi-process tests, which this suite runs on the same code).
     command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
     tests = subprocess.run(command, cwd=custom_project, env=env)
     assert tests.returncode == 0

@@ -1,9 +1,12 @@
-"""EpochHistory: one row per epoch (seconds, training and validation metrics) for metrics.json."""
+"""EpochHistory: one row per epoch for metrics.json; SaveOnInterrupt: Ctrl-C or SIGTERM keeps the progress."""
 
+import sys
 import time
+from pathlib import Path
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
@@ -25,3 +28,22 @@ class EpochHistory(Callback):
         metrics = trainer.callback_metrics
         row.update({name: float(metrics[name]) for name in RECORDED if name in metrics})
         self.rows.append(row)
+
+
+class SaveOnInterrupt(Callback):
+    """On Ctrl-C or SIGTERM during fit, save last.ckpt and say how to resume from it."""
+
+    def __init__(self, last_checkpoint: Path, output_dir: Path) -> None:
+        self.last_checkpoint, self.output_dir = last_checkpoint, output_dir
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        # Lightning turns SIGTERM into SIGTERMException at the next batch boundary, so the state is consistent.
+        if not isinstance(exception, KeyboardInterrupt | SystemExit) or trainer.state.fn != TrainerFn.FITTING:
+            return
+        trainer.save_checkpoint(self.last_checkpoint, weights_only=False)  # the full state, to resume from
+        if trainer.is_global_zero:
+            print(
+                f"\nInterrupted; progress saved to {self.last_checkpoint}. Resume with:\n"
+                f"  python scripts/train.py --output_dir {self.output_dir} --ckpt_path last  (and the same options)",
+                file=sys.stderr,
+            )

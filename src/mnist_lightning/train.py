@@ -10,6 +10,7 @@ import inspect
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -20,9 +21,12 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from .callbacks import EpochHistory
+from .callbacks import EpochHistory, SaveOnInterrupt
+from .checkpoint_io import AtomicCheckpointIO
 from .datamodule import MNISTDataModule
 from .devices import check_accelerator
 from .errors import UserError, run_main
@@ -110,12 +114,21 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
             auto_insert_metric_name=False,
             monitor="val/acc",
             mode="max",
-            save_last=True,
         )
-        callbacks.append(checkpoint)
+        # last.ckpt, rewritten after every epoch. (ModelCheckpoint's save_last=True rewrites it only in epochs
+        # where the monitored metric improved, which would leave a stale last.ckpt to resume from.)
+        latest = ModelCheckpoint(dirpath=output_dir / "checkpoints", filename="last", enable_version_counter=False)
+        callbacks += [checkpoint, latest, SaveOnInterrupt(output_dir / "checkpoints" / "last.ckpt", output_dir)]
     if config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(TQDMProgressBar(refresh_rate=PROGRESS_BAR_REFRESH_RATE))
-    trainer_kwargs = kwargs_for(Trainer, config) | {"callbacks": callbacks, "logger": make_logger(config, output_dir)}
+    plugins = as_list(config.plugins)
+    if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+        plugins.append(AtomicCheckpointIO())
+    trainer_kwargs = kwargs_for(Trainer, config) | {
+        "callbacks": callbacks,
+        "logger": make_logger(config, output_dir),
+        "plugins": plugins,
+    }
     if config.quiet:
         trainer_kwargs |= {"enable_progress_bar": False, "enable_model_summary": False}
         callbacks[:] = [c for c in callbacks if not isinstance(c, ProgressBar)]
@@ -170,7 +183,10 @@ def train(config: Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     existed = output_dir.exists()
     try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=config.ckpt_path)
+        # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
+        trainer.fit(model, datamodule=datamodule, ckpt_path=config.ckpt_path, weights_only=True)
+    except SIGTERMException:
+        sys.exit(128 + signal.SIGTERM)  # the shell's convention for "ended by SIGTERM"; progress was saved
     except Exception:
         # A run that failed before its first checkpoint leaves nothing behind (no empty or half-written folder).
         if not existed and trainer.is_global_zero and not list(output_dir.glob("checkpoints/*.ckpt")):
@@ -179,7 +195,9 @@ def train(config: Namespace) -> dict[str, Any]:
     fit_seconds = time.perf_counter() - start
     # Test the weights that did best on validation, not merely the last ones.
     best_path = checkpoint.best_model_path if checkpoint else ""
-    (results,) = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False)
+    (results,) = trainer.test(
+        model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
+    )
 
     metrics = {
         "test/acc": results["test/acc"],
