@@ -31,7 +31,7 @@ PLACEHOLDERS = {
 WORDS = re.compile("|".join(re.escape(word) for word in PLACEHOLDERS))
 # Parts of the repo's own files that only concern the template: README sections and marked lines.
 TEMPLATE_ONLY_SECTION = re.compile(r"<!-- template-only -->.*?<!-- /template-only -->\n?", re.DOTALL)
-TEMPLATE_ONLY_LINE = re.compile(r"^.*# template-only\n", re.MULTILINE)
+TEMPLATE_ONLY_LINE = re.compile(r"^.*(?:# template-only|<!-- template-only row -->)\n", re.MULTILINE)
 JINJA_MARKERS = ("{{", "}}", "{%", "%}", "{#", "#}")
 
 

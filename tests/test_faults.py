@@ -1,5 +1,6 @@
 """Crashes and interruptions: kill -9 at random moments, Ctrl-C and SIGTERM; training always resumes."""
 
+import json
 import signal
 import subprocess
 import time
@@ -23,6 +24,9 @@ def test_kill_9_at_five_random_moments_always_resumes(fake_mnist, tmp_path):
     assert result["survived"] == 5, result["events"]
     uninterrupted = train(parse_config([*flags, "--output_dir", str(tmp_path / "whole"), "--quiet", "true"]))
     assert abs(result["test/acc"] - uninterrupted["test/acc"]) <= 0.005
+    history = json.loads((tmp_path / "killed" / "metrics.json").read_text())["history"]
+    assert [row["epoch"] for row in history] == list(range(100))  # every epoch once, across all the restarts
+    assert (tmp_path / "killed" / "metrics.csv").exists() and list((tmp_path / "killed").glob("resume-*/metrics.csv"))
 
 
 @pytest.mark.parametrize(("sent", "exit_code"), [(signal.SIGINT, 1), (signal.SIGTERM, 128 + signal.SIGTERM)])

@@ -29,6 +29,13 @@ class EpochHistory(Callback):
         row.update({name: float(metrics[name]) for name in RECORDED if name in metrics})
         self.rows.append(row)
 
+    # Kept in checkpoints, so a resumed run's metrics.json still has every epoch.
+    def state_dict(self) -> dict:
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.rows = list(state_dict["rows"])
+
 
 class SaveOnInterrupt(Callback):
     """On Ctrl-C or SIGTERM during fit, save last.ckpt and say how to resume from it."""

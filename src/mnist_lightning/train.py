@@ -95,7 +95,9 @@ def as_list(value: Any) -> list:
 
 def make_logger(config: Namespace, output_dir: Path) -> Logger | list[Logger] | bool:
     if config.logger in ("csv", None, True):
-        return CSVLogger(output_dir, name="", version="")  # writes <output_dir>/metrics.csv
+        # <output_dir>/metrics.csv; a resumed run logs to resume-N/ beside it rather than overwrite it.
+        version = f"resume-{len(list(output_dir.glob('resume-*'))) + 1}" if config.ckpt_path else ""
+        return CSVLogger(output_dir, name="", version=version)
     if config.logger == "tensorboard":
         if not (importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")):
             raise UserError('--logger tensorboard needs TensorBoard: pip install -e ".[tensorboard]".')
@@ -117,7 +119,13 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
         )
         # last.ckpt, rewritten after every epoch. (ModelCheckpoint's save_last=True rewrites it only in epochs
         # where the monitored metric improved, which would leave a stale last.ckpt to resume from.)
-        latest = ModelCheckpoint(dirpath=output_dir / "checkpoints", filename="last", enable_version_counter=False)
+        # Saved at the very end of the epoch, after EpochHistory has added the epoch's row.
+        latest = ModelCheckpoint(
+            dirpath=output_dir / "checkpoints",
+            filename="last",
+            enable_version_counter=False,
+            save_on_train_epoch_end=True,
+        )
         callbacks += [checkpoint, latest, SaveOnInterrupt(output_dir / "checkpoints" / "last.ckpt", output_dir)]
     if config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(TQDMProgressBar(refresh_rate=PROGRESS_BAR_REFRESH_RATE))
@@ -193,6 +201,7 @@ def train(config: Namespace) -> dict[str, Any]:
             shutil.rmtree(output_dir, ignore_errors=True)
         raise
     fit_seconds = time.perf_counter() - start
+    epochs = list(history.rows)  # before testing: loading the best checkpoint restores callback state too
     # Test the weights that did best on validation, not merely the last ones.
     best_path = checkpoint.best_model_path if checkpoint else ""
     (results,) = trainer.test(
@@ -213,13 +222,13 @@ def train(config: Namespace) -> dict[str, Any]:
         "seed": config.seed,
         "best_checkpoint": best_path or None,
         **peak_memory_mb(trainer.strategy.root_device),
-        "history": history.rows,
+        "history": epochs,
     }
     if trainer.is_global_zero:
         write_json(output_dir / "metrics.json", metrics)
         plots = []
         if importlib.util.find_spec("matplotlib"):
-            plots = save_plots(history.rows, model.test_confusion_matrix, output_dir)
+            plots = save_plots(epochs, model.test_confusion_matrix, output_dir)
         print_summary(metrics, output_dir, plots)
     return metrics
 
