@@ -11,7 +11,7 @@ from mnist_lightning.train import main
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
-    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count"]),
+    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count", "usable GPU(s) and"]),
     (["--devices", "-3"], 2, ["Trainer settings are not valid", "should be an int"]),
     (["--devices", "abc"], 2, ["Trainer settings are not valid"]),
     (["--accelerator", "tpux"], 2, ["invalid accelerator name", "cpu"]),
@@ -97,3 +97,14 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, capsys):
     torch.save(other, tmp_path / "other.ckpt")
     assert evaluate_main(["--ckpt_path", str(tmp_path / "other.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
     assert "is not a readable checkpoint of this project's MNISTClassifier" in one_line(capsys.readouterr().err)
+
+
+def test_more_gpus_than_the_machine_has(monkeypatch):
+    from mnist_lightning.devices import check_accelerator
+    from mnist_lightning.errors import UserError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError, match="asks for 4 GPUs, but this machine has 1"):
+        check_accelerator("gpu", "4")
+    check_accelerator("gpu", "1")  # enough: no error

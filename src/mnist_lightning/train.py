@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
@@ -117,9 +118,8 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
             monitor="val/acc",
             mode="max",
         )
-        # last.ckpt, rewritten after every epoch. (ModelCheckpoint's save_last=True rewrites it only in epochs
-        # where the monitored metric improved, which would leave a stale last.ckpt to resume from.)
-        # Saved at the very end of the epoch, after EpochHistory has added the epoch's row.
+        # last.ckpt, rewritten at the very end of every epoch (after EpochHistory adds its row). ModelCheckpoint's
+        # save_last=True rewrites it only in epochs where the monitored metric improved: a stale resume point.
         latest = ModelCheckpoint(
             dirpath=output_dir / "checkpoints",
             filename="last",
@@ -127,7 +127,9 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
             save_on_train_epoch_end=True,
         )
         callbacks += [checkpoint, latest, SaveOnInterrupt(output_dir / "checkpoints" / "last.ckpt", output_dir)]
-    if config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+    if config.quiet:
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    elif config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(TQDMProgressBar(refresh_rate=PROGRESS_BAR_REFRESH_RATE))
     plugins = as_list(config.plugins)
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
@@ -139,14 +141,15 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
     }
     if config.quiet:
         trainer_kwargs |= {"enable_progress_bar": False, "enable_model_summary": False}
-        callbacks[:] = [c for c in callbacks if not isinstance(c, ProgressBar)]
     try:
         trainer = Trainer(default_root_dir=output_dir, **trainer_kwargs)
     except (MisconfigurationException, TypeError, ValueError) as error:
         # Lightning's own messages name the setting and list the valid values.
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise UserError(
             f"The Trainer settings are not valid: {error} (--devices takes a count like 1, a list like [0, 1], "
-            "-1 for all, or auto; run `python scripts/train.py --help` for every option)."
+            f"-1 for all, or auto; this machine has {gpus} usable GPU(s) and {os.cpu_count()} CPU cores; run "
+            "`python scripts/train.py --help` for every option)."
         ) from error
     return trainer, checkpoint, history
 
