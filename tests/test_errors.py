@@ -19,6 +19,7 @@ BAD_FLAGS = [
     (["--precision", "12"], 2, ["precision"]),
     (["--batch_size", "0"], 2, ["--batch_size", "must be >= 1", "got 0"]),
     (["--lr", "-1"], 2, ["--lr must be > 0", "got -1.0"]),
+    (["--val_size", "70000"], 2, ["--val_size must be between 1 and 1199, got 70000"]),
     (["--max_epochs", "-5"], 2, ["max_epochs", "non-negative integer or -1"]),
     (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
     (["--config", "missing.yaml"], 2, ["missing.yaml", "does not exist"]),

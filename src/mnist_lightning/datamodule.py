@@ -11,6 +11,7 @@ from torchvision.datasets import MNIST
 from torchvision.transforms import PILToTensor
 
 from .batches import TensorBatches
+from .errors import UserError
 from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
 
 
@@ -49,6 +50,7 @@ class MNISTDataModule(LightningDataModule):
             )
         self.save_hyperparameters()
         self.splits: dict[str, tuple[Tensor, Tensor]] = {}
+        self.split_indices: dict[str, Tensor] = {}
         # uint8 images [N, 28, 28] to predict instead of the test set (scripts/predict.py sets them).
         self.predict_images: Tensor | None = None
 
@@ -60,7 +62,10 @@ class MNISTDataModule(LightningDataModule):
         if self.splits or self.predict_images is not None:
             return
         images, labels = load_mnist(self.hparams.data_dir, train=True)
-        train_idx, val_idx = split_indices(len(labels), self.hparams.val_size, self.hparams.split_seed)
+        try:
+            train_idx, val_idx = split_indices(len(labels), self.hparams.val_size, self.hparams.split_seed)
+        except ValueError as error:  # only now is the size of the training set known
+            raise UserError(f"--{error}.") from error
         test_images, test_labels = load_mnist(self.hparams.data_dir, train=False)
         # The Trainer has chosen the device; the whole dataset (47 MB as uint8) moves there once, so no
         # training step waits for a host-to-device copy. On the CPU this is a no-op.
