@@ -94,4 +94,4 @@ def test_script_is_a_thin_wrapper(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(ROOT / "scripts" / "train.py"), run_name="__main__")
     assert exit_info.value.code == 0
-    assert "max_epochs: 5" in capsys.readouterr().out
+    assert "max_epochs: 12" in capsys.readouterr().out

@@ -5,7 +5,7 @@ from torch.utils.data import DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
-from mnist_lightning.batches import TensorBatches, epoch_order
+from mnist_lightning.batches import TensorBatches, epoch_order, take
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.mnist import normalize, split_indices
 
@@ -104,3 +104,9 @@ def test_per_sample_pipeline_serves_the_same_split(fake_mnist):
     slow_images = torch.cat([x for x, _ in slow.val_dataloader()])
     assert slow_images.dtype == torch.uint8
     assert slow_images.squeeze(1).equal(fast_images)
+
+
+def test_take_is_indexing_along_the_first_dimension():
+    data = torch.arange(5 * 28 * 28, dtype=torch.int64).reshape(5, 28, 28).to(torch.uint8)
+    indices = torch.tensor([4, 0, 0, 2])
+    assert take(data, indices).equal(data[indices])

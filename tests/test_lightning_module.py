@@ -1,10 +1,12 @@
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import FAKE_VAL
 from lightning.pytorch import Trainer
 
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.lightning_module import MNISTClassifier
+from mnist_lightning.mnist import normalize
 
 
 def batch(size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,3 +67,17 @@ def test_no_device_code_on_the_lightning_side():
     for name in ("lightning_module.py", "model.py", "train.py"):
         source = (package / name).read_text()
         assert ".cuda(" not in source and ".to(device" not in source and "torch.device(" not in source, name
+
+
+def test_epoch_losses_are_means_over_samples_even_with_a_short_last_batch(fake_mnist, tmp_path):
+    # Batches of 64 leave a last batch of 8 in the validation split: a mean of batch means would be off.
+    datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=64)
+    model = MNISTClassifier()
+    trainer = Trainer(
+        accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False, default_root_dir=tmp_path
+    )
+    trainer.fit(model, datamodule=datamodule)
+    images, labels = datamodule.splits["val"]
+    with torch.no_grad():
+        expected = F.cross_entropy(model(normalize(images)), labels)
+    torch.testing.assert_close(trainer.callback_metrics["val/loss"], expected)

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -142,3 +143,11 @@ def test_why_no_cuda_names_the_cause(monkeypatch):
         assert "CUDA_VISIBLE_DEVICES" in devices.why_no_cuda()
     monkeypatch.setattr(torch.version, "cuda", None)
     assert "CPU-only build" in devices.why_no_cuda()
+
+
+def test_only_gpu_runs_keep_lightnings_per_call_nvml_check(monkeypatch):
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # what importing Lightning sets
+    devices.cache_cuda_check_off_gpu(torch.device("cuda", 0))
+    assert os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"  # guards the processes Lightning forks
+    devices.cache_cuda_check_off_gpu(torch.device("cpu"))
+    assert os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "0"

@@ -57,12 +57,14 @@ def test_reference_script_trains_and_writes_the_same_keys(fake_mnist, tmp_path):
     assert METRIC_KEYS <= written.keys() and written["test/acc"] > 0.9
 
 
-def test_lightning_and_plain_give_the_same_training_losses(fake_mnist, tmp_path):
+@pytest.mark.parametrize("batch_size", ["100", "64"])  # 64 leaves short last batches (1,000 train, 200 val)
+def test_lightning_and_plain_give_the_same_training_losses(fake_mnist, tmp_path, batch_size):
     """Same seed, data order and arithmetic: the Trainer replaces .to(device) without changing results."""
-    lightning = run_lightning(fake_mnist, tmp_path / "lightning", "--accelerator", "cpu")
-    plain = run_plain(fake_mnist, tmp_path / "plain", "--device", "cpu")
+    lightning = run_lightning(fake_mnist, tmp_path / "lightning", "--accelerator", "cpu", "--batch_size", batch_size)
+    plain = run_plain(fake_mnist, tmp_path / "plain", "--device", "cpu", "--batch_size", batch_size)
     for ours, theirs in zip(lightning["history"], plain["history"], strict=True):
         assert ours["train/loss"] == pytest.approx(theirs["train/loss"], abs=1e-5)
+        assert ours["val/loss"] == pytest.approx(theirs["val/loss"], abs=1e-5)
         assert ours["val/acc"] == pytest.approx(theirs["val/acc"], abs=1e-6)
     assert lightning["test/acc"] == pytest.approx(plain["test/acc"], abs=1e-6)
 
@@ -99,3 +101,19 @@ def test_the_confusion_matrix_counts_every_test_image(fake_mnist, tmp_path):
     matrix = model.test_confusion_matrix
     assert int(matrix.sum()) == FAKE_TEST
     assert float(matrix.trace() / matrix.sum()) == pytest.approx(results["test/acc"])
+
+
+def test_the_progress_bar_redraws_by_the_clock(monkeypatch):
+    from mnist_lightning import callbacks
+
+    clock = [100.0]
+    monkeypatch.setattr(callbacks.time, "monotonic", lambda: clock[0])
+    bar = callbacks.TimedProgressBar(interval=0.2)
+    assert bar._should_update(1, 50)  # the first batch draws
+    assert not bar._should_update(2, 50)  # too soon
+    assert bar._should_update(50, 50)  # the last batch always draws
+    clock[0] += 0.25
+    assert bar._should_update(3, 50)
+    bar.disable()
+    clock[0] += 1
+    assert not bar._should_update(4, 50)

@@ -34,7 +34,7 @@ class MNISTDataModule(LightningDataModule):
     def __init__(
         self,
         data_dir: str = "data",
-        batch_size: int = 1024,
+        batch_size: int = 4096,
         val_size: int = 5_000,
         split_seed: int = 0,
         pipeline: Literal["tensor", "per_sample"] = "tensor",

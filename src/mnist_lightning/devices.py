@@ -45,6 +45,18 @@ def check_accelerator(accelerator: str, devices: object = 1) -> None:
     )
 
 
+def cache_cuda_check_off_gpu(device: torch.device) -> None:
+    """Give a run that does not train on a CUDA GPU torch's default, cached ``torch.cuda.is_available()``.
+
+    Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking for a GPU cannot initialize CUDA
+    before it forks processes. Until CUDA is initialized, torch then queries NVML afresh on every call, and
+    torch's Adam calls it on every step: 0.1-0.2 ms, as long as a whole CPU step of SimpleNN, paid by the
+    Lightning run and not by a plain script. Off the GPU no process uses CUDA, so there is nothing to protect.
+    """
+    if device.type != "cuda":
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"
+
+
 def lightning_choice() -> str:
     """What ``--accelerator auto --devices auto`` resolves to, asked of Lightning itself."""
     from lightning.pytorch import Trainer

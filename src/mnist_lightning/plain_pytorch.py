@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
+from .batches import take
 from .devices import why_no_cuda
 from .errors import UserError, run_main
 from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
@@ -34,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data_dir", default="data")
     parser.add_argument("--output_dir", default=None, help="default: a new folder under runs/")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max_epochs", type=int, default=5)
-    parser.add_argument("--batch_size", type=int, default=1024)
+    parser.add_argument("--max_epochs", type=int, default=12)
+    parser.add_argument("--batch_size", type=int, default=4096)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--momentum", type=float, default=0.9)
@@ -105,7 +106,7 @@ def batches(data, args: argparse.Namespace, device: torch.device, epoch: int | N
     else:  # the order Lightning's DistributedSampler makes: randperm seeded with seed + epoch
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(args.seed + epoch))
     for idx in order.to(device).split(args.batch_size):
-        yield normalize(images[idx], args.mean, args.std), labels[idx]
+        yield normalize(take(images, idx), args.mean, args.std), take(labels, idx)
 
 
 @torch.no_grad()
