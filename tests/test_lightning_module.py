@@ -53,6 +53,7 @@ def test_optimizer_choice_and_hyperparameters(name, cls):
     model = MNISTClassifier(optimizer=name, lr=0.5, momentum=0.7, lr_schedule="constant")
     optimizer = model.configure_optimizers()
     assert isinstance(optimizer, cls) and optimizer.defaults["lr"] == 0.5
+    assert optimizer.defaults["fused"]  # one kernel per update on the CPU, as in the plain reference
     if name == "sgd":
         assert optimizer.defaults["momentum"] == 0.7
     assert model.hparams.optimizer == name  # save_hyperparameters: stored in every checkpoint

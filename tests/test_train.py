@@ -117,3 +117,31 @@ def test_the_progress_bar_redraws_by_the_clock(monkeypatch):
     bar.disable()
     clock[0] += 1
     assert not bar._should_update(4, 50)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [([], "NoOpProfiler"), (["--profiler", "simple"], "SimpleProfiler")])
+def test_no_profiling_costs_nothing_and_a_profiler_can_still_be_chosen(fake_mnist, tmp_path, flags, expected):
+    from mnist_lightning.train import build_trainer
+
+    config = parse_config(["--data_dir", str(fake_mnist), *TINY_RUN, *flags])
+    trainer, _, _ = build_trainer(config, tmp_path / "run")
+    assert type(trainer.profiler).__name__ == expected
+    with trainer.profiler.profile("run_training_batch") as action:  # how the Trainer uses it around every hook
+        assert action is None or action == "run_training_batch"
+
+
+def test_training_steps_do_not_read_values_back_from_the_device(fake_mnist, tmp_path, monkeypatch):
+    """Reading a tensor's value (.item()) waits for a GPU to finish; the template does it only when it logs."""
+    import torch
+
+    reads = []
+    item = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda tensor: reads.append(1) or item(tensor))
+    # 1,000 training images in batches of 10: 200 steps over 2 epochs, logged every 10 steps.
+    run_lightning(fake_mnist, tmp_path / "run", "--batch_size", "10", "--enable_progress_bar", "true")
+    assert len(reads) < 100, f"{len(reads)} reads for 200 training steps"
+
+
+def test_the_progress_bar_shows_the_step_loss(fake_mnist, tmp_path, capsys):
+    run_lightning(fake_mnist, tmp_path / "run", "--enable_progress_bar", "true")
+    assert "train/loss_step=" in capsys.readouterr().out  # Lightning's tqdm bars write to stdout

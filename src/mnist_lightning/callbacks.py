@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.trainer.states import TrainerFn
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
+STEP_LOSS = "train/loss_step"
 
 
 class EpochHistory(Callback):
@@ -78,6 +79,14 @@ class TimedProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=1)
         self.interval = interval
         self._next_draw = 0.0
+
+    def get_metrics(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, int | str | float | dict]:
+        metrics = super().get_metrics(trainer, pl_module)
+        # The latest logged step loss, converted to a number here, once per redraw (see training_step).
+        step_loss = trainer.callback_metrics.get(STEP_LOSS)
+        if trainer.training and step_loss is not None:
+            metrics[STEP_LOSS] = step_loss.item()
+        return metrics
 
     def _should_update(self, current: int, total: int | float) -> bool:
         now = time.monotonic()

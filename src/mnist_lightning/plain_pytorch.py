@@ -20,7 +20,7 @@ from torchvision import transforms
 from torchvision.datasets import MNIST
 
 from .batches import take
-from .devices import why_no_cuda
+from .devices import supports_fused_optimizer, why_no_cuda
 from .errors import UserError, run_main
 from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
 from .model import SimpleNN
@@ -135,10 +135,13 @@ def train_plain(args: argparse.Namespace) -> dict:
     train_size = len(data["train"]) if args.pipeline == "per_sample" else len(data["train"][1])
 
     model = SimpleNN().to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
+    fused = supports_fused_optimizer(device)  # one kernel for the whole update, as in the Lightning module
     if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+        optimizer = torch.optim.SGD(
+            model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay, fused=fused
+        )
     else:
-        optimizer = torch.optim.Adam(model.parameters(), args.lr, weight_decay=args.weight_decay)
+        optimizer = torch.optim.Adam(model.parameters(), args.lr, weight_decay=args.weight_decay, fused=fused)
     steps = args.max_epochs * -(-train_size // args.batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
 

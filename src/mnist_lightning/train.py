@@ -5,6 +5,7 @@ Every option of the Trainer, of MNISTClassifier and of MNISTDataModule is a top-
 jsonargparse, the parser behind LightningCLI, reads them straight from the classes' signatures.
 """
 
+import gc
 import importlib.util
 import inspect
 import logging
@@ -34,6 +35,7 @@ from .errors import UserError, run_main
 from .lightning_module import MNISTClassifier
 from .outputs import new_run_dir, peak_memory_mb, write_json
 from .plots import save_plots
+from .profiler import NoOpProfiler
 
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
@@ -128,6 +130,7 @@ def build_trainer(config: Namespace, output_dir: Path) -> tuple[Trainer, ModelCh
         "callbacks": callbacks,
         "logger": make_logger(config, output_dir),
         "plugins": plugins,
+        "profiler": config.profiler or NoOpProfiler(),
     }
     if config.quiet:
         trainer_kwargs |= {"enable_progress_bar": False, "enable_model_summary": False}
@@ -241,6 +244,10 @@ def print_summary(metrics: dict[str, Any], output_dir: Path, plots: list[Path]) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The 400,000 objects that importing torch and Lightning made live as long as the process. Frozen, they
+    # are left out of Python's full garbage collections: the one at exit took 1.5 s of a 7 s run here, and
+    # each one during training 0.2 s.
+    gc.freeze()
     return run_main(lambda: train(parse_config(argv)))
 
 
