@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .errors import UserError, run_main
-from .outputs import new_run_dir, write_json
+from .records import new_run_dir, write_json
 
 SIDES = {"lightning": "mnist_lightning.train", "plain": "mnist_lightning.plain_pytorch"}
 DEVICE_FOR_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "auto": "auto"}

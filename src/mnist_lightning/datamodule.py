@@ -1,75 +1,74 @@
-"""MNISTDataModule: torchvision's MNIST, split 55,000/5,000/10,000 and served as batches of uint8 tensors."""
+"""MNISTDataModule: torchvision's MNIST (or FashionMNIST, KMNIST), split train/validation/test and served as
+model-ready batches: float ``[B, 1, 28, 28]``, normalized, with int64 labels."""
 
 import os
 from typing import Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
-from torch import Tensor
 from torch.utils.data import DataLoader, Subset
-from torchvision.datasets import MNIST
-from torchvision.transforms import PILToTensor
+from torchvision import transforms
 
-from .batches import TensorBatches
-from .errors import UserError
-from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
+from .data import DATASETS, DataError, DatasetName, TensorBatches, download, load, split_indices
 
 
 class MNISTDataModule(LightningDataModule):
-    """MNIST for training (55,000), validation (5,000) and test (10,000).
+    """An MNIST-format dataset: 60,000 training images, of which ``val_size`` are held out, and 10,000 test.
 
     Args:
-        data_dir: Folder holding (or receiving) ``MNIST/raw/`` with the four original files.
+        data_dir: Folder holding (or receiving) ``<Dataset>/raw/`` with the four original files.
+        dataset: ``mnist``, ``fashion_mnist`` or ``kmnist``: torchvision's datasets in MNIST's format.
         batch_size: Samples per batch, for every stage.
         val_size: Training images held out for validation.
         split_seed: Seed of the train/validation split, separate from ``--seed`` so the split never moves.
-        pipeline: ``tensor`` (default) slices batches from the parsed uint8 tensors, kept on the training
-            device; ``per_sample`` goes through torchvision's per-image PIL path and a DataLoader: about 25x
-            slower, use it only to add per-image augmentation in ``per_sample_transform``.
+        pipeline: ``tensor`` slices batches from the parsed uint8 tensors, kept on the training device;
+            ``per_sample`` goes through torchvision's per-image transforms and a DataLoader: much slower
+            (see benchmarks/), for per-image augmentation added in ``per_sample_transform``.
         num_workers: DataLoader worker processes; used by the ``per_sample`` pipeline only.
-        mean: Pixel mean used for normalization.
-        std: Pixel standard deviation used for normalization.
     """
 
     def __init__(
         self,
         data_dir: str = "data",
+        dataset: DatasetName = "mnist",
         batch_size: int = 4096,
         val_size: int = 5_000,
         split_seed: int = 0,
         pipeline: Literal["tensor", "per_sample"] = "tensor",
         num_workers: int = 0,
-        mean: float = MEAN,
-        std: float = STD,
     ) -> None:
         super().__init__()
-        if batch_size < 1 or val_size < 1 or num_workers < 0 or std <= 0:
+        if dataset not in DATASETS:
+            raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}")
+        if pipeline not in ("tensor", "per_sample"):
+            raise ValueError(f"pipeline must be 'tensor' or 'per_sample', got {pipeline!r}")
+        if batch_size < 1 or val_size < 1:
+            raise ValueError(f"batch_size and val_size must be at least 1, got {batch_size} and {val_size}")
+        max_workers = os.cpu_count() or 1
+        if not 0 <= num_workers <= max_workers:
             raise ValueError(
-                f"--batch_size and --val_size must be >= 1 (got {batch_size}, {val_size}), --num_workers >= 0 "
-                f"(got {num_workers}) and --std > 0 (got {std})"
+                f"num_workers must be between 0 and {max_workers} (this machine's cores), got {num_workers}"
             )
         self.save_hyperparameters()
-        self.splits: dict[str, tuple[Tensor, Tensor]] = {}
-        self.split_indices: dict[str, Tensor] = {}
-        # uint8 images [N, 28, 28] to predict instead of the test set (scripts/predict.py sets them).
-        self.predict_images: Tensor | None = None
+        self.mean, self.std = DATASETS[dataset].mean, DATASETS[dataset].std
+        self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.split_indices: dict[str, torch.Tensor] = {}
 
     def prepare_data(self) -> None:
-        if self.predict_images is None:
-            download_mnist(self.hparams.data_dir)
+        download(self.hparams.data_dir, self.hparams.dataset)
 
-    def setup(self, stage: str) -> None:
-        if self.splits or self.predict_images is not None:
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
             return
-        images, labels = load_mnist(self.hparams.data_dir, train=True)
+        images, labels = load(self.hparams.data_dir, self.hparams.dataset, train=True)
         try:
             train_idx, val_idx = split_indices(len(labels), self.hparams.val_size, self.hparams.split_seed)
         except ValueError as error:  # only now is the size of the training set known
-            raise UserError(f"--{error}.") from error
-        test_images, test_labels = load_mnist(self.hparams.data_dir, train=False)
-        # The Trainer has chosen the device; the whole dataset (47 MB as uint8) moves there once, so no
-        # training step waits for a host-to-device copy. On the CPU this is a no-op.
-        device = self._device()
+            raise DataError(str(error)) from error
+        test_images, test_labels = load(self.hparams.data_dir, self.hparams.dataset, train=False)
+        # The whole dataset (47 MB as uint8) moves once to the device the Trainer chose (none outside a
+        # Trainer: the CPU), so no training step waits for a host-to-device copy.
+        device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
         self.splits = {
             "train": (images[train_idx].to(device), labels[train_idx].to(device)),
             "val": (images[val_idx].to(device), labels[val_idx].to(device)),
@@ -87,39 +86,16 @@ class MNISTDataModule(LightningDataModule):
         return self._batches("test", shuffle=False)
 
     def predict_dataloader(self):
-        if self.predict_images is None:
-            return self._batches("test", shuffle=False)
-        images = self.predict_images.to(self._device())
-        no_labels = torch.zeros(len(images), dtype=torch.long, device=images.device)
-        return self._tensor_batches(images, no_labels, shuffle=False)
+        return self._batches("test", shuffle=False)
 
-    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
-        if self.hparams.pipeline == "tensor" or self.predict_images is not None:
-            return batch  # already on `device`: setup() put the whole dataset there
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
-    def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        # Normalizing after the transfer keeps batches as uint8 until they are on the device: one batched
-        # op there instead of one per image on the host.
-        images, labels = batch
-        return normalize(images, self.hparams.mean, self.hparams.std), labels
-
-    def per_sample_transform(self):
+    def per_sample_transform(self) -> transforms.Compose:
         """The per-image transform of the ``per_sample`` pipeline; add augmentation here."""
-        return PILToTensor()
-
-    def _device(self) -> torch.device:
-        return self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
-
-    def _tensor_batches(self, images: Tensor, labels: Tensor, shuffle: bool) -> TensorBatches:
-        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        # Shuffle with the run's seed (set by seed_everything), as Lightning's own DistributedSampler does.
-        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        return TensorBatches(images, labels, self.hparams.batch_size, shuffle, seed, world_size, rank)
+        return transforms.Compose([transforms.ToTensor(), transforms.Normalize((self.mean,), (self.std,))])
 
     def _batches(self, split: str, shuffle: bool):
         if self.hparams.pipeline == "per_sample":
-            dataset = MNIST(self.hparams.data_dir, train=split != "test", transform=self.per_sample_transform())
+            cls = DATASETS[self.hparams.dataset].torchvision_class
+            dataset = cls(self.hparams.data_dir, train=split != "test", transform=self.per_sample_transform())
             if split != "test":
                 dataset = Subset(dataset, self.split_indices[split])
             # Lightning adds a DistributedSampler to this DataLoader under DDP.
@@ -130,4 +106,10 @@ class MNISTDataModule(LightningDataModule):
                 num_workers=self.hparams.num_workers,
                 persistent_workers=self.hparams.num_workers > 0,
             )
-        return self._tensor_batches(*self.splits[split], shuffle=shuffle)
+        rank, world_size = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        # Shuffled with the run's seed (set by seed_everything), as Lightning's own DistributedSampler is.
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        images, labels = self.splits[split]
+        return TensorBatches(
+            images, labels, self.hparams.batch_size, self.mean, self.std, shuffle, seed, world_size, rank
+        )

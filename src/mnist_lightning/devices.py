@@ -24,15 +24,6 @@ def why_no_cuda() -> str:
     )
 
 
-def supports_fused_optimizer(device: torch.device) -> bool:
-    """Whether torch's fused Adam and SGD run on ``device`` (CPU and CUDA since torch 2.4).
-
-    A fused optimizer updates every parameter in one kernel: about 15 % off a whole training step of
-    SimpleNN at batch 64 on a CPU. Elsewhere the optimizers keep torch's default implementation.
-    """
-    return device.type in ("cpu", "cuda")
-
-
 def check_accelerator(accelerator: str, devices: object = 1) -> None:
     """Refuse a GPU run up front, with the reason, when no GPU (or not enough of them) is usable."""
     if str(accelerator).lower() not in GPU_ACCELERATORS:
@@ -52,18 +43,6 @@ def check_accelerator(accelerator: str, devices: object = 1) -> None:
         f"--accelerator {accelerator} asks for a GPU, but none can be used: {why_no_cuda()}. "
         "Train on the CPU with --accelerator cpu, or use --accelerator auto to take a GPU whenever one is usable."
     )
-
-
-def cache_cuda_check_off_gpu(device: torch.device) -> None:
-    """Give a run that does not train on a CUDA GPU torch's default, cached ``torch.cuda.is_available()``.
-
-    Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 on import, so that asking for a GPU cannot initialize CUDA
-    before it forks processes. Until CUDA is initialized, torch then queries NVML afresh on every call, and
-    torch's Adam calls it on every step: 0.1-0.2 ms, as long as a whole CPU step of SimpleNN, paid by the
-    Lightning run and not by a plain script. Off the GPU no process uses CUDA, so there is nothing to protect.
-    """
-    if device.type != "cuda":
-        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "0"
 
 
 def lightning_choice() -> str:

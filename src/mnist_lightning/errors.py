@@ -2,8 +2,9 @@
 
 import sys
 import textwrap
-import warnings
 from collections.abc import Callable
+
+from .workarounds import apply_workarounds
 
 USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
 
@@ -11,20 +12,27 @@ USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
 class UserError(Exception):
     """A problem the user can fix; the message says what was wrong and what to do."""
 
+    exit_code = USAGE_ERROR
+
     def __init__(self, message: str, exit_code: int = USAGE_ERROR) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
 
-def run_main(main: Callable[[], object]) -> int:
-    """Run an entry point; a UserError becomes a wrapped paragraph on stderr and its exit status."""
-    # Lightning 2.6 with torch >= 2.13 warns about its own use of a torch API at every run; not the user's concern.
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+def print_error(message: str) -> None:
+    paragraph = " ".join(message.split())
+    print(
+        textwrap.fill(f"Error: {paragraph}", width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr
+    )
+
+
+def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...] = ()) -> int:
+    """Run an entry point. A UserError, or one of ``user_errors`` (the errors that the project's own classes
+    raise in their own terms), becomes a paragraph on stderr and its exit status (``exit_code``, else 2)."""
+    apply_workarounds()
     try:
         main()
-    except UserError as error:
-        paragraph = " ".join(str(error).split())
-        wrapped = textwrap.fill(f"Error: {paragraph}", width=100, break_on_hyphens=False, break_long_words=False)
-        print(wrapped, file=sys.stderr)
-        return error.exit_code
+    except (UserError, *user_errors) as error:
+        print_error(str(error))
+        return getattr(error, "exit_code", USAGE_ERROR)
     return 0

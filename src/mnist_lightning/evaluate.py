@@ -1,4 +1,4 @@
-"""Test a trained checkpoint on MNIST's 10,000 test images, on any accelerator; writes metrics.json."""
+"""Test a trained checkpoint on the test set, on any accelerator; writes ``metrics.json`` in a new run folder."""
 
 import sys
 import time
@@ -8,9 +8,12 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import Trainer
 
 from .checkpoints import load_checkpoint
+from .cli import USER_ERRORS
+from .datamodule import MNISTDataModule
 from .devices import check_accelerator
 from .errors import run_main
-from .outputs import new_run_dir, peak_memory_mb, write_json
+from .lightning_module import MNISTClassifier
+from .records import new_run_dir, run_metrics, write_json
 
 
 def build_parser() -> ArgumentParser:
@@ -25,41 +28,45 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def evaluate(config: Namespace) -> dict:
+def evaluate(trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModule, epochs: int) -> dict:
+    """Test ``model`` on ``datamodule``'s test set and return (and write) the metrics of a run's record."""
+    start = time.perf_counter()
+    (results,) = trainer.test(model, datamodule=datamodule, verbose=False)
+    metrics = run_metrics(
+        test=results,
+        device=trainer.strategy.root_device,
+        epochs=epochs,
+        history=[],
+        devices=trainer.num_devices,
+        precision=trainer.precision,
+        batch_size=datamodule.hparams.batch_size,
+        test_seconds=time.perf_counter() - start,
+    )
+    if trainer.is_global_zero:
+        write_json(Path(trainer.default_root_dir) / "metrics.json", metrics)
+        print(
+            f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {trainer.default_root_dir}"
+        )
+    return metrics
+
+
+def build(config: Namespace) -> tuple[Trainer, MNISTClassifier, MNISTDataModule, int]:
     check_accelerator(config.accelerator, config.devices)
     overrides = {key: config[key] for key in ("data_dir", "batch_size") if config[key] is not None}
     checkpoint = load_checkpoint(config.ckpt_path, **overrides)
-    output_dir = new_run_dir(config.output_dir)
     trainer = Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
         precision=config.precision,
         logger=False,
         enable_checkpointing=False,
-        default_root_dir=output_dir,
+        default_root_dir=new_run_dir(config.output_dir),
     )
-    start = time.perf_counter()
-    (results,) = trainer.test(checkpoint.model, datamodule=checkpoint.datamodule, verbose=False)
-    metrics = {
-        "test/acc": results["test/acc"],
-        "test/loss": results["test/loss"],
-        "epochs": checkpoint.epochs,
-        "fit_seconds": None,
-        "test_seconds": time.perf_counter() - start,
-        "accelerator": trainer.strategy.root_device.type,
-        "devices": trainer.num_devices,
-        "precision": trainer.precision,
-        "checkpoint": str(Path(config.ckpt_path).resolve()),
-        **peak_memory_mb(trainer.strategy.root_device),
-    }
-    if trainer.is_global_zero:
-        write_json(output_dir / "metrics.json", metrics)
-        print(f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {output_dir}")
-    return metrics
+    return trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: evaluate(build_parser().parse_args(argv)))
+    return run_main(lambda: evaluate(*build(build_parser().parse_args(argv))), USER_ERRORS)
 
 
 if __name__ == "__main__":

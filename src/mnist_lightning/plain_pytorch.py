@@ -19,12 +19,11 @@ from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
-from .batches import take
-from .devices import supports_fused_optimizer, why_no_cuda
+from .data import DATASETS, DataError, download, load, normalize, split_indices
+from .devices import why_no_cuda
 from .errors import UserError, run_main
-from .mnist import MEAN, STD, download_mnist, load_mnist, normalize, split_indices
 from .model import SimpleNN
-from .outputs import new_run_dir, peak_memory_mb, write_json
+from .records import OutputDirError, new_run_dir, peak_memory_mb, write_json
 
 Batches = Iterator[tuple[Tensor, Tensor]]  # (images, labels) on the device
 
@@ -44,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine")
     parser.add_argument("--val_size", type=int, default=5_000)
     parser.add_argument("--split_seed", type=int, default=0)
-    parser.add_argument("--mean", type=float, default=MEAN)
-    parser.add_argument("--std", type=float, default=STD)
+    parser.add_argument("--mean", type=float, default=DATASETS["mnist"].mean)
+    parser.add_argument("--std", type=float, default=DATASETS["mnist"].std)
     parser.add_argument(
         "--pipeline",
         choices=["tensor", "per_sample"],
@@ -74,14 +73,14 @@ def choose_device(name: str) -> torch.device:
 
 def load_data(args: argparse.Namespace, device: torch.device) -> dict:
     """Per split: uint8 tensors on the device (tensor pipeline) or torchvision datasets (per_sample)."""
-    images, labels = load_mnist(args.data_dir, train=True)
+    images, labels = load(args.data_dir, train=True)
     train_idx, val_idx = split_indices(len(labels), args.val_size, args.split_seed)
     if args.pipeline == "per_sample":
         to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize((args.mean,), (args.std,))])
         train_set = MNIST(args.data_dir, train=True, transform=to_tensor)
         test_set = MNIST(args.data_dir, train=False, transform=to_tensor)
         return {"train": Subset(train_set, train_idx), "val": Subset(train_set, val_idx), "test": test_set}
-    test_images, test_labels = load_mnist(args.data_dir, train=False)
+    test_images, test_labels = load(args.data_dir, train=False)
     # DEVICE: the whole dataset (47 MB as uint8) moves to the device once; a tensor's .to() returns a copy.
     return {
         "train": (images[train_idx].to(device), labels[train_idx].to(device)),
@@ -106,7 +105,7 @@ def batches(data, args: argparse.Namespace, device: torch.device, epoch: int | N
     else:  # the order Lightning's DistributedSampler makes: randperm seeded with seed + epoch
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(args.seed + epoch))
     for idx in order.to(device).split(args.batch_size):
-        yield normalize(take(images, idx), args.mean, args.std), take(labels, idx)
+        yield normalize(images.index_select(0, idx), args.mean, args.std), labels.index_select(0, idx)
 
 
 @torch.no_grad()
@@ -129,19 +128,16 @@ def train_plain(args: argparse.Namespace) -> dict:
     if args.deterministic:  # what Lightning's Trainer(deterministic=True) sets
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
-    download_mnist(args.data_dir)
+    download(args.data_dir)
     start = time.perf_counter()
     data = load_data(args, device)
     train_size = len(data["train"]) if args.pipeline == "per_sample" else len(data["train"][1])
 
     model = SimpleNN().to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
-    fused = supports_fused_optimizer(device)  # one kernel for the whole update, as in the Lightning module
     if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(
-            model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay, fused=fused
-        )
+        optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     else:
-        optimizer = torch.optim.Adam(model.parameters(), args.lr, weight_decay=args.weight_decay, fused=fused)
+        optimizer = torch.optim.Adam(model.parameters(), args.lr, weight_decay=args.weight_decay)
     steps = args.max_epochs * -(-train_size // args.batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
 
@@ -197,7 +193,7 @@ def train_plain(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: train_plain(build_parser().parse_args(argv)))
+    return run_main(lambda: train_plain(build_parser().parse_args(argv)), (DataError, OutputDirError))
 
 
 if __name__ == "__main__":

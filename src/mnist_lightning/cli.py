@@ -1,0 +1,262 @@
+"""The command line of ``scripts/train.py``, turned into built objects: the one place where that happens.
+
+Every option of the Trainer, of MNISTClassifier and of MNISTDataModule is a top-level flag
+(``--accelerator gpu --devices 1 --batch_size 256``) and a top-level key of a YAML config file. jsonargparse,
+the parser behind LightningCLI, reads them straight from the classes' signatures, so a new argument of the
+model or the data module is a new flag with no parser code. (LightningCLI itself would nest them as
+``--trainer.accelerator``, ``--model.lr``; the flat flags keep ``--accelerator gpu --devices 1`` as people type
+it.) Each run records the configuration it resolved to in ``<run>/config.yaml``.
+"""
+
+import importlib.util
+import inspect
+import logging
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
+
+from .callbacks import EpochHistory
+from .checkpoints import AtomicCheckpointIO, CheckpointError, LastCheckpoint, load_checkpoint
+from .data import DataError
+from .datamodule import MNISTDataModule
+from .devices import check_accelerator
+from .errors import UserError
+from .lightning_module import MNISTClassifier
+from .records import OutputDirError, new_run_dir
+
+# The errors the project's classes raise in their own terms; run_main prints them as messages.
+USER_ERRORS = (DataError, CheckpointError, OutputDirError)
+# Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
+TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
+RECORD = "config.yaml"
+# What may differ when a run is resumed from its record: how long it trains, where and how it shows progress.
+# Anything else would make the finished run a mix of two configurations, and is refused.
+RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
+RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "num_workers", "callbacks", "data_dir"}
+RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="train.py",
+        description="Train a network on MNIST with PyTorch Lightning, then test the best checkpoint.",
+        exit_on_error=False,
+    )
+    parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
+    parser.add_argument("--seed", type=int, default=42, help="Seed of model initialization and data order.")
+    parser.add_argument(
+        "--output_dir", type=str | None, default=None, help="The run folder (default: a new folder under runs/)."
+    )
+    parser.add_argument(
+        "--ckpt_path",
+        type=str | None,
+        default=None,
+        help='"last" resumes the run in --output_dir from its own config.yaml; a .ckpt path starts a new run from it.',
+    )
+    parser.add_argument("--quiet", type=bool, default=False, help="No progress bar, model summary or banners.")
+    parser.add_class_arguments(MNISTClassifier, nested_key=None, instantiate=False)
+    parser.add_class_arguments(MNISTDataModule, nested_key=None, instantiate=False)
+    # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
+    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir", "logger"})
+    parser.add_argument(
+        "--logger",
+        type=Literal["csv", "tensorboard"] | bool | Logger | list[Logger] | None,
+        default="csv",
+        help="csv (metrics.csv in the run folder), tensorboard (needs the tensorboard extra), false, or any "
+        "Lightning Logger by class path, e.g. --logger WandbLogger --logger.project mnist.",
+    )
+    parser.set_defaults(TRAINER_DEFAULTS)
+    parser.set_defaults(net={"class_path": "mnist_lightning.model.SimpleNN"})
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Namespace:
+    """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
+    parser = build_parser()
+    try:
+        config = parser.parse_args(argv)
+        if config.ckpt_path == "last" and config.output_dir and (Path(config.output_dir) / RECORD).is_file():
+            record = str(Path(config.output_dir) / RECORD)
+            recorded = parser.parse_args(["--config", record])
+            config = parser.parse_args(["--config", record, *(argv if argv is not None else sys.argv[1:])])
+            refuse_changes(recorded, config)
+    except ArgumentError as error:
+        raise UserError(f"{error} Run `python scripts/train.py --help` for every option and its type.") from error
+    return config
+
+
+def refuse_changes(recorded: Namespace, config: Namespace) -> None:
+    ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path"}
+    changed = [key for key in config.keys() if key.split(".")[0] not in ignored and config[key] != recorded.get(key)]
+    if changed:
+        listed = "; ".join(f"--{key} {recorded.get(key)} -> {config[key]}" for key in changed)
+        raise UserError(
+            f"A resumed run keeps the configuration in its {RECORD}, but these options differ from it: {listed}. "
+            f"Leave them out to resume the run as it was (only {', '.join(sorted(RESUMABLE_CHANGES))} may change), "
+            "or start a new run."
+        )
+
+
+@dataclass
+class Training:
+    """Everything a training run needs, built: what :func:`mnist_lightning.train.train` takes."""
+
+    trainer: Trainer
+    model: MNISTClassifier
+    datamodule: MNISTDataModule
+    ckpt_path: str | None
+    run_dir: Path
+    resuming: bool
+
+    @contextmanager
+    def removed_if_failed(self) -> Iterator[None]:
+        """A new run that fails before its first checkpoint leaves no folder behind."""
+        try:
+            yield
+        except BaseException:
+            if not self.resuming and self.trainer.is_global_zero and not list(self.run_dir.glob("checkpoints/*.ckpt")):
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+
+
+def build_training(config: Namespace) -> Training:
+    """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run."""
+    check_accelerator(config.accelerator, config.devices)
+    run_dir, resuming = choose_run_dir(config)
+    ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else config.ckpt_path
+    if ckpt_path and not resuming:
+        load_checkpoint(ckpt_path)  # refuses a missing, damaged or foreign file before anything starts
+    if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
+        for name in ("lightning.pytorch", "lightning.fabric"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    parser = build_parser()
+    built = parser.instantiate_classes(config)  # --net, callbacks, loggers and plugins given by class path
+    try:
+        seed_everything(config.seed, workers=True)  # before the model: it seeds the initial weights
+        model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
+        datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
+    except ValueError as error:
+        raise UserError(f"{error}.") from error
+    record_network(model, config)
+    trainer = build_trainer(built, run_dir, resume_hint(run_dir))
+    if trainer.is_global_zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record = config.clone()
+        record.output_dir = record.ckpt_path = None  # where a run lives is not part of what it is
+        parser.save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
+    return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
+
+
+def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
+    """The entries of ``config`` that ``cls`` takes as constructor arguments."""
+    names = inspect.signature(cls.__init__).parameters
+    return {name: config[name] for name in names if name in config}
+
+
+def record_network(model: MNISTClassifier, config: Namespace) -> None:
+    """Keep the model's settings, the network's class path included, as its hyperparameters, the way LightningCLI
+    does: a checkpoint then rebuilds any ``--net`` through ``MNISTClassifier.load_from_checkpoint`` and Lightning's
+    own ``instantiate_module``, with no pickled code in the file."""
+    settings = config.as_dict()
+    hparams = {
+        name: settings[name] for name in inspect.signature(MNISTClassifier.__init__).parameters if name in settings
+    }
+    model.save_hyperparameters({**hparams, "_instantiator": "lightning.pytorch.cli.instantiate_module"})
+
+
+def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
+    """This run's folder and whether it resumes a run there; decided once by rank 0 and shared with the
+    processes Lightning starts for DDP."""
+    resuming = config.ckpt_path == "last"
+    if rank_zero_only.rank > 0:  # a DDP rank: rank 0 has already chosen (and passed it on) or was told
+        shared = config.output_dir or os.environ.get(RUN_DIR_VARIABLE)
+        if not shared:
+            raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
+        return Path(shared), resuming
+    if resuming:
+        last = Path(config.output_dir or "") / "checkpoints" / "last.ckpt"
+        if not config.output_dir or not last.is_file():
+            found = f"{last} does not exist" if config.output_dir else "no --output_dir was given"
+            raise UserError(
+                f"--ckpt_path last resumes the run in --output_dir, but {found}. Pass the folder of the run to "
+                "resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+            )
+        run_dir = Path(config.output_dir)
+    else:
+        run_dir = new_run_dir(config.output_dir)
+    os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
+    return run_dir, resuming
+
+
+def resume_hint(run_dir: Path) -> str:
+    """The command that resumes this run, ready to paste into a shell."""
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
+    command = (
+        ["-m", "mnist_lightning.train"] if script.endswith(os.path.join("mnist_lightning", "train.py")) else [script]
+    )
+    return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
+
+
+def as_list(value: Any) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def build_logger(config: Namespace, run_dir: Path) -> Logger | list[Logger] | bool:
+    if config.logger in ("csv", None, True):
+        # <run_dir>/logs/metrics.csv; a resumed run logs to logs/resume-N/ rather than overwrite it.
+        version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if config.ckpt_path == "last" else ""
+        return CSVLogger(run_dir, name="logs", version=version)
+    if config.logger == "tensorboard":
+        if not (importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")):
+            raise UserError('--logger tensorboard needs TensorBoard: pip install -e ".[tensorboard]".')
+        return TensorBoardLogger(run_dir, name="tensorboard", version="", default_hp_metric=False)
+    return config.logger  # False, or Logger objects built from class paths
+
+
+def build_trainer(config: Namespace, run_dir: Path, resume_hint: str) -> Trainer:
+    logger = build_logger(config, run_dir)
+    callbacks = [*as_list(config.callbacks), EpochHistory()]
+    if logger:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    if config.enable_checkpointing is not False:
+        best = ModelCheckpoint(
+            dirpath=run_dir / "checkpoints",
+            filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
+            auto_insert_metric_name=False,
+            monitor="val/acc",
+            mode="max",
+        )
+        callbacks += [best, LastCheckpoint(run_dir / "checkpoints", resume_hint)]
+    plugins = as_list(config.plugins)
+    if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+        plugins.append(AtomicCheckpointIO())
+    settings = arguments_of(Trainer, config) | {"callbacks": callbacks, "logger": logger, "plugins": plugins}
+    if config.quiet:
+        settings |= {"enable_progress_bar": False, "enable_model_summary": False}
+    try:
+        return Trainer(default_root_dir=run_dir, **settings)
+    except (MisconfigurationException, TypeError, ValueError) as error:
+        # Lightning's own messages name the setting and list the valid values.
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise UserError(
+            f"The Trainer settings are not valid: {error} (--devices takes a count like 1, a list like [0, 1], "
+            f"-1 for all, or auto; this machine has {gpus} usable GPU(s) and {os.cpu_count()} CPU cores; run "
+            "`python scripts/train.py --help` for every option)."
+        ) from error

@@ -1,0 +1,109 @@
+"""Run folders and what a run records in them: each run gets a folder of its own, its ``metrics.json`` has the
+same keys on every rung, and files appear whole or not at all.
+
+Nothing here imports Lightning: the plain-PyTorch and Fabric rungs write the very same records.
+"""
+
+import json
+import math
+import os
+import resource
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class OutputDirError(Exception):
+    """The run folder cannot be used; the message says why."""
+
+
+def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
+    """The folder for a new run: ``output_dir`` if given and unused, else a fresh ``runs/<timestamp>``."""
+    if output_dir is None:
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        candidates = (Path(runs_root) / (stamp if n == 0 else f"{stamp}_{n}") for n in range(1000))
+        output_dir = next(path for path in candidates if not path.exists())
+    output_dir = Path(output_dir)
+    check_writable(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise OutputDirError(
+            f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
+            "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
+        )
+    return output_dir
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse, before any training, a folder that cannot be created or written."""
+    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        problem = "not a folder" if not existing.is_dir() else "not writable"
+        raise OutputDirError(f"The output folder {folder} cannot be written: {existing} is {problem}.")
+
+
+def finite_or_none(data: Any) -> Any:
+    """``data`` with every NaN or infinity replaced by None: JSON has no such numbers."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {key: finite_or_none(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite_or_none(value) for value in data]
+    return data
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Write valid JSON through a temporary file and an atomic rename, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
+        json.dump(finite_or_none(data), tmp, indent=2, allow_nan=False)
+        tmp.write("\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # a temporary file is private (0600); give it the usual permissions
+    os.replace(tmp.name, path)
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float | None]:
+    """Peak resident memory of this process, and peak CUDA memory allocated by PyTorch (None off CUDA)."""
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return {"peak_host_mb": host, "peak_gpu_mb": gpu}
+
+
+def run_metrics(
+    *,
+    test: dict[str, float],
+    device: torch.device,
+    epochs: int,
+    history: list[dict],
+    fit_seconds: float | None = None,
+    best_val_acc: float | None = None,
+    best_checkpoint: str | None = None,
+    devices: int = 1,
+    num_nodes: int = 1,
+    precision: str = "32-true",
+    **settings: Any,
+) -> dict[str, Any]:
+    """The ``metrics.json`` record of a run, with the same keys for training (every rung) and evaluation."""
+    return {
+        "test/acc": test["test/acc"],
+        "test/loss": test["test/loss"],
+        "best_val/acc": best_val_acc,
+        "epochs": epochs,
+        "fit_seconds": fit_seconds,
+        "accelerator": device.type,
+        "devices": devices,
+        "num_nodes": num_nodes,
+        "precision": precision,
+        **settings,
+        "best_checkpoint": best_checkpoint,
+        **peak_memory_mb(device),
+        "history": history,
+    }
