@@ -6,7 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install train test test-all lint format clean
+# The lowest versions pyproject.toml allows of the libraries the template leans on; test-lowest runs the default
+# suite against them in a venv of its own.
+LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.39.0"
+
+.PHONY: install train test test-all test-lowest lint format clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +28,11 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest $(ARGS)
 
+test-lowest:
+	$(PYTHON) -m venv $(VENV)-lowest
+	$(VENV)-lowest/bin/python -m pip install -e ".[dev]" $(LOWEST)
+	$(VENV)-lowest/bin/python -m pytest -m "not slow" $(ARGS)
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -33,4 +42,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) $(VENV)-lowest .pytest_cache .ruff_cache src/*.egg-info

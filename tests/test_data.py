@@ -1,13 +1,14 @@
+"""data.py and MNISTDataModule: the split, model-ready batches in and out of a Trainer, the other datasets."""
+
 import pytest
 import torch
-from conftest import FAKE_TEST, FAKE_TRAIN, FAKE_VAL
+from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset
 from torch.utils.data import DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
-from mnist_lightning.batches import TensorBatches, epoch_order, take
+from mnist_lightning.data import DATASETS, TensorBatches, epoch_order, normalize, split_indices
 from mnist_lightning.datamodule import MNISTDataModule
-from mnist_lightning.mnist import normalize, split_indices
 
 
 def make_datamodule(root, **kwargs) -> MNISTDataModule:
@@ -40,25 +41,37 @@ def test_split_is_deterministic_and_independent_of_the_global_seed():
     assert not split_indices(1000, 100, seed=1)[1].equal(first[1])
 
 
-def test_batches_are_uint8_until_normalized_on_transfer(fake_mnist):
-    datamodule = make_datamodule(fake_mnist, batch_size=64)
-    images, labels = next(iter(datamodule.train_dataloader()))
-    assert (images.shape, images.dtype, labels.shape, labels.dtype) == (
-        (64, 28, 28),
-        torch.uint8,
-        (64,),
-        torch.int64,
-    )
-    normalized, same_labels = datamodule.on_after_batch_transfer((images, labels), 0)
-    assert normalized.shape == (64, 1, 28, 28) and normalized.dtype == torch.float32
-    assert same_labels is labels
+@pytest.mark.parametrize("pipeline", ["tensor", "per_sample"])
+def test_batches_are_model_ready_outside_a_trainer(fake_mnist, pipeline):
+    """A plain loop or a notebook gets what the model takes: float [B, 1, 28, 28], normalized, int64 labels."""
+    datamodule = make_datamodule(fake_mnist, batch_size=64, pipeline=pipeline)
+    for loader in (datamodule.train_dataloader(), datamodule.val_dataloader(), datamodule.test_dataloader()):
+        images, labels = next(iter(loader))
+        assert (images.shape, images.dtype, labels.shape, labels.dtype) == (
+            (64, 1, 28, 28),
+            torch.float32,
+            (64,),
+            torch.int64,
+        )
+        conv = torch.nn.Conv2d(1, 4, 3)  # a CNN takes them as they are
+        assert conv(images).shape == (64, 4, 26, 26)
 
 
 def test_normalize_matches_torchvision_totensor_normalize(fake_mnist):
     dataset = MNIST(str(fake_mnist), train=False)
     classic = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
     expected = torch.stack([classic(dataset[i][0]) for i in range(8)])
-    torch.testing.assert_close(normalize(dataset.data[:8]), expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(normalize(dataset.data[:8], 0.1307, 0.3081), expected, atol=1e-5, rtol=0)
+
+
+def test_both_pipelines_serve_the_same_batches(fake_mnist):
+    fast = make_datamodule(fake_mnist, batch_size=50)
+    slow = make_datamodule(fake_mnist, batch_size=50, pipeline="per_sample")
+    for split in ("val_dataloader", "test_dataloader"):
+        fast_images, fast_labels = map(torch.cat, zip(*getattr(fast, split)(), strict=True))
+        slow_images, slow_labels = map(torch.cat, zip(*getattr(slow, split)(), strict=True))
+        torch.testing.assert_close(fast_images, slow_images, atol=1e-5, rtol=0)
+        assert fast_labels.equal(slow_labels)
 
 
 def test_train_batches_cover_the_split_once_per_epoch_in_a_new_order(fake_mnist):
@@ -91,22 +104,30 @@ def test_epoch_order_equals_distributed_sampler(count, replicas, shuffle, drop_l
 
 
 def test_ranks_get_disjoint_shards_that_cover_the_data():
-    labels = torch.arange(10)
-    shards = [torch.cat([y for _, y in TensorBatches(labels, labels, 3, True, 0, 2, rank)]) for rank in (0, 1)]
+    images, labels = torch.zeros(10, 28, 28, dtype=torch.uint8), torch.arange(10)
+    shards = [
+        torch.cat([y for _, y in TensorBatches(images, labels, 3, 0.0, 1.0, True, 0, 2, rank)]) for rank in (0, 1)
+    ]
     assert len(shards[0]) == len(shards[1]) == 5
     assert sorted(torch.cat(shards).tolist()) == list(range(10))
 
 
-def test_per_sample_pipeline_serves_the_same_split(fake_mnist):
-    fast = make_datamodule(fake_mnist, batch_size=50)
-    slow = make_datamodule(fake_mnist, batch_size=50, pipeline="per_sample")
-    fast_images = torch.cat([x for x, _ in fast.val_dataloader()])
-    slow_images = torch.cat([x for x, _ in slow.val_dataloader()])
-    assert slow_images.dtype == torch.uint8
-    assert slow_images.squeeze(1).equal(fast_images)
+@pytest.mark.parametrize(("dataset", "folder"), [("fashion_mnist", "FashionMNIST"), ("kmnist", "KMNIST")])
+def test_other_mnist_format_datasets_by_name(tmp_path, dataset, folder):
+    """--dataset picks torchvision's class, its folder and its own normalization statistics."""
+    write_fake_dataset(tmp_path, folder)
+    datamodule = make_datamodule(tmp_path, dataset=dataset, batch_size=FAKE_TEST)
+    images, _ = next(iter(datamodule.test_dataloader()))
+    raw = datamodule.splits["test"][0]
+    info = DATASETS[dataset]
+    torch.testing.assert_close(images, normalize(raw, info.mean, info.std))
+    assert (datamodule.mean, datamodule.std) == (info.mean, info.std) != (DATASETS["mnist"].mean, DATASETS["mnist"].std)
 
 
-def test_take_is_indexing_along_the_first_dimension():
-    data = torch.arange(5 * 28 * 28, dtype=torch.int64).reshape(5, 28, 28).to(torch.uint8)
-    indices = torch.tensor([4, 0, 0, 2])
-    assert take(data, indices).equal(data[indices])
+@pytest.mark.parametrize(
+    "settings",
+    [{"batch_size": 0}, {"val_size": 0}, {"num_workers": -1}, {"num_workers": 10_000}, {"dataset": "cifar10"}],
+)
+def test_bad_settings_are_refused_in_the_data_modules_own_terms(settings):
+    with pytest.raises(ValueError, match=next(iter(settings))):
+        MNISTDataModule(**settings)

@@ -18,9 +18,9 @@ def test_simple_nn_is_one_linear_layer_after_a_flatten():
     assert sum(p.numel() for p in model.parameters()) == 784 * 10 + 10
 
 
-def test_model_and_plain_reference_do_not_import_lightning():
+def test_the_model_and_the_shared_pieces_do_not_import_lightning():
     code = (
-        "import sys, mnist_lightning.model, mnist_lightning.plain_pytorch;"
+        "import sys, mnist_lightning.model, mnist_lightning.data, mnist_lightning.optim, mnist_lightning.records;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,6 +12,7 @@ import importlib.util
 import inspect
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Namespace
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -51,11 +52,25 @@ RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "num_worker
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 
 
+class ReadableHelp(DefaultHelpFormatter):
+    """``--help`` texts come from the classes' docstrings; this keeps them readable in a terminal: no Sphinx
+    markup, no docstring "Default:" sentences (the parser's true default follows each flag), and no list of
+    every ``nn.Module`` in torch after ``--net``."""
+
+    def _get_help_string(self, action) -> str:
+        text = re.sub(r", known subclasses: [^)]*", "", super()._get_help_string(action))
+        return re.sub(r"Default: [^.]*\.\s*", "", text)
+
+    def format_help(self) -> str:
+        return re.sub(r":\w+:`~?([^`]+)`", r"\1", super().format_help()).replace("``", "")
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="train.py",
         description="Train a network on MNIST with PyTorch Lightning, then test the best checkpoint.",
         exit_on_error=False,
+        formatter_class=ReadableHelp,
     )
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
     parser.add_argument("--seed", type=int, default=42, help="Seed of model initialization and data order.")
@@ -102,7 +117,8 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
 
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
     ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path"}
-    changed = [key for key in config.keys() if key.split(".")[0] not in ignored and config[key] != recorded.get(key)]
+    keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
+    changed = [key for key in keys if key.split(".")[0] not in ignored and config[key] != recorded.get(key)]
     if changed:
         listed = "; ".join(f"--{key} {recorded.get(key)} -> {config[key]}" for key in changed)
         raise UserError(
@@ -144,10 +160,9 @@ def build_training(config: Namespace) -> Training:
     if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
         for name in ("lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    parser = build_parser()
-    built = parser.instantiate_classes(config)  # --net, callbacks, loggers and plugins given by class path
+    seed_everything(config.seed, workers=True)  # before --net is built: it seeds the initial weights
+    built = build_parser().instantiate_classes(config)  # --net, callbacks, loggers and plugins given by class path
     try:
-        seed_everything(config.seed, workers=True)  # before the model: it seeds the initial weights
         model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
         datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
     except ValueError as error:
@@ -158,7 +173,7 @@ def build_training(config: Namespace) -> Training:
         run_dir.mkdir(parents=True, exist_ok=True)
         record = config.clone()
         record.output_dir = record.ckpt_path = None  # where a run lives is not part of what it is
-        parser.save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
+        build_parser().save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
     return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
 
 

@@ -44,9 +44,8 @@ def evaluate(trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModu
     )
     if trainer.is_global_zero:
         write_json(Path(trainer.default_root_dir) / "metrics.json", metrics)
-        print(
-            f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {trainer.default_root_dir}"
-        )
+        accuracy, loss = 100 * metrics["test/acc"], metrics["test/loss"]
+        print(f"Test accuracy {accuracy:.2f} % (loss {loss:.4f}); {trainer.default_root_dir}")
     return metrics
 
 

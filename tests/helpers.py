@@ -1,0 +1,65 @@
+"""Test helpers: small MNIST-format IDX files in torchvision's folder layout, a user-defined CNN, and short runs.
+
+Imported by the tests as ``from helpers import ...`` (pytest puts tests/ on sys.path); the fixtures that use
+them are in conftest.py.
+"""
+
+import struct
+from pathlib import Path
+
+import numpy as np
+from torch import Tensor, nn
+
+FAKE_TRAIN, FAKE_TEST, FAKE_VAL = 1_200, 300, 200
+# Flags that make a full run finish in seconds on the fake data.
+TINY_RUN = ["--val_size", str(FAKE_VAL), "--batch_size", "100", "--max_epochs", "2", "--enable_progress_bar", "false"]
+
+
+def one_line(text: str) -> str:
+    """A wrapped message as one line, for matching phrases that may straddle a line break."""
+    return " ".join(text.split())
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """Write a uint8 array in the IDX format of the original MNIST files (what torchvision parses)."""
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def fake_digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Noisy 28x28 images where each class lights its own 6x6 patch: learnable, unlike pure noise."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, count)
+    images = rng.integers(0, 60, (count, 28, 28))
+    for i, label in enumerate(labels):
+        row, col = 2 + 8 * (label // 4), 2 + 8 * (label % 4)
+        images[i, row : row + 6, col : col + 6] += 180
+    return images.astype(np.uint8), labels.astype(np.uint8)
+
+
+def write_fake_dataset(root: Path, folder: str = "MNIST") -> Path:
+    """Uncompressed IDX files in ``<root>/<folder>/raw/``, as torchvision leaves them after extraction.
+    ``folder`` is torchvision's class name: MNIST, FashionMNIST or KMNIST."""
+    raw = root / folder / "raw"
+    raw.mkdir(parents=True)
+    for prefix, count, seed in (("train", FAKE_TRAIN, 0), ("t10k", FAKE_TEST, 1)):
+        images, labels = fake_digits(count, seed)
+        write_idx(raw / f"{prefix}-images-idx3-ubyte", images)
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte", labels)
+    return root
+
+
+def write_fake_mnist(root: Path) -> Path:
+    return write_fake_dataset(root, "MNIST")
+
+
+class SmallCNN(nn.Module):
+    """A user's own network, outside the package: what ``--net helpers.SmallCNN`` swaps in for SimpleNN."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4))
+        self.classifier = nn.Linear(channels * 7 * 7, 10)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.classifier(self.features(images).flatten(1))

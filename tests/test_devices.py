@@ -1,0 +1,32 @@
+"""devices.py: what PyTorch and Lightning see here, and why a GPU is not used."""
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import one_line
+
+from mnist_lightning import devices
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_devices_report_says_what_is_used_and_why(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["devices.py"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(ROOT / "scripts" / "devices.py"), run_name="__main__")
+    assert exit_info.value.code == 0
+    out = one_line(capsys.readouterr().out)
+    assert f"PyTorch {torch.__version__}" in out and "--accelerator auto --devices auto picks:" in out
+    if not torch.cuda.is_available():
+        assert "No CUDA GPU is used because" in out
+
+
+def test_why_no_cuda_names_the_cause(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    if torch.version.cuda:
+        assert "CUDA_VISIBLE_DEVICES" in devices.why_no_cuda()
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert "CPU-only build" in devices.why_no_cuda()

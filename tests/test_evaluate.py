@@ -1,0 +1,46 @@
+"""evaluate.py: a checkpoint tested again, anywhere, with the same result as at the end of training."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import TINY_RUN, one_line
+
+from mnist_lightning.evaluate import main
+from mnist_lightning.train import main as train_main
+
+
+@pytest.fixture(scope="module")
+def trained(fake_mnist, tmp_path_factory) -> dict:
+    run = tmp_path_factory.mktemp("trained") / "run"
+    assert train_main(["--data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN]) == 0
+    return json.loads((run / "metrics.json").read_text())
+
+
+def test_evaluate_reproduces_the_test_accuracy_of_training(trained, tmp_path):
+    assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
+    written = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert written["test/acc"] == trained["test/acc"] and written["test/loss"] == pytest.approx(trained["test/loss"])
+    assert trained.keys() - {"history"} <= written.keys() | {"fit_seconds", "seed", "best_val/acc"}
+
+
+def test_evaluate_on_other_settings(trained, fake_mnist, tmp_path):
+    flags = ["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e"), "--batch_size", "7"]
+    assert main([*flags, "--data_dir", str(fake_mnist), "--precision", "bf16-mixed", "--accelerator", "cpu"]) == 0
+    written = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert written["batch_size"] == 7 and written["precision"] == "bf16-mixed"
+    assert written["test/acc"] == pytest.approx(trained["test/acc"], abs=0.02)
+
+
+def test_a_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert main(["--ckpt_path", str(tmp_path / "none.ckpt")]) == 2
+    assert "no such file" in one_line(capsys.readouterr().err)
+
+
+def test_a_truncated_checkpoint_is_a_clear_error_and_writes_nothing(trained, tmp_path, capsys):
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(Path(trained["best_checkpoint"]).read_bytes()[:1000])
+    assert main(["--ckpt_path", str(corrupt), "--output_dir", str(tmp_path / "e")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "is not a readable checkpoint" in err and "Traceback" not in err
+    assert not (tmp_path / "e").exists()

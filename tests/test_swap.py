@@ -1,0 +1,45 @@
+"""The first things a template user changes, each one flag away: their own network (--net) and another
+MNIST-format dataset (--dataset). Trained, evaluated, predicted and exported with no other file changed."""
+
+import json
+
+import torch
+import yaml
+from helpers import FAKE_TEST, TINY_RUN, SmallCNN, write_fake_dataset
+
+from mnist_lightning import evaluate, export, predict
+from mnist_lightning.checkpoints import load_checkpoint
+from mnist_lightning.train import main
+
+
+def test_a_user_cnn_on_fashion_mnist_trains_evaluates_predicts_and_exports(tmp_path, capsys):
+    data = write_fake_dataset(tmp_path / "data", "FashionMNIST")
+    run = tmp_path / "run"
+    flags = ["--data_dir", str(data), "--output_dir", str(run), *TINY_RUN, "--accelerator", "cpu"]
+    assert main([*flags, "--net", "helpers.SmallCNN", "--net.channels", "4", "--dataset", "fashion_mnist"]) == 0
+
+    record = yaml.safe_load((run / "config.yaml").read_text())
+    assert record["net"] == {"class_path": "helpers.SmallCNN", "init_args": {"channels": 4}}
+    assert record["dataset"] == "fashion_mnist"
+    trained = json.loads((run / "metrics.json").read_text())
+    assert trained["test/acc"] > 0.9
+
+    # The checkpoint alone rebuilds the user's network and the dataset settings.
+    checkpoint = load_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert isinstance(checkpoint.model.net, SmallCNN) and checkpoint.model.net.classifier.in_features == 4 * 7 * 7
+    assert checkpoint.datamodule.hparams.dataset == "fashion_mnist"
+
+    best = trained["best_checkpoint"]
+    assert evaluate.main(["--ckpt_path", best, "--output_dir", str(tmp_path / "eval"), "--accelerator", "cpu"]) == 0
+    evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert evaluated["test/acc"] == trained["test/acc"]
+
+    test_images = data / "FashionMNIST" / "raw" / "t10k-images-idx3-ubyte"
+    out = tmp_path / "predictions.csv"
+    assert predict.main(["--ckpt_path", best, str(test_images), "--output", str(out), "--accelerator", "cpu"]) == 0
+    assert len(out.read_text().strip().splitlines()) == FAKE_TEST + 1  # a header and one row per image
+
+    assert export.main(["--ckpt_path", best, "--output_dir", str(tmp_path / "export"), "--formats", "[pt2]"]) == 0
+    exported = torch.export.load(tmp_path / "export" / "model.pt2").module()
+    images = torch.randn(3, 1, 28, 28)
+    torch.testing.assert_close(exported(images), checkpoint.model.net.eval()(images))
