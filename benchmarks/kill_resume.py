@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from mnist_lightning.crash_resume import crash_and_resume, train_command
-from mnist_lightning.outputs import write_json
+from mnist_lightning.records import write_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from interrupts import crash_and_resume, train_command
 
 RESULTS = Path(__file__).parent / "results"
 

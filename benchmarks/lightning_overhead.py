@@ -22,12 +22,12 @@ import torch.nn.functional as F
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
+from mnist_lightning.profiler import NoOpProfiler
 
 from mnist_lightning import plain_pytorch
 from mnist_lightning.callbacks import EpochHistory, LastCheckpoint, TimedProgressBar
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.lightning_module import MNISTClassifier
-from mnist_lightning.profiler import NoOpProfiler
 
 
 class BareStep(MNISTClassifier):

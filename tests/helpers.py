@@ -63,3 +63,12 @@ class SmallCNN(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.classifier(self.features(images).flatten(1))
+
+
+def train_run(*flags: str) -> dict:
+    """scripts/train.py in this process: build from the flags, fit, test; the run's metrics."""
+    from mnist_lightning.cli import build_training, parse_args
+    from mnist_lightning.train import train
+
+    training = build_training(parse_args(list(flags)))
+    return train(training.trainer, training.model, training.datamodule, training.ckpt_path)

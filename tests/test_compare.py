@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import FAKE_VAL
+from helpers import FAKE_VAL
 
 from mnist_lightning.compare import SIDES, build_parser, compare, format_table, main
 

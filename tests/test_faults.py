@@ -6,10 +6,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import FAKE_VAL
-
-from mnist_lightning.crash_resume import checkpoint_loads, crash_and_resume, train_command
-from mnist_lightning.train import parse_config, train
+from helpers import FAKE_VAL, train_run
+from interrupts import checkpoint_loads, crash_and_resume, train_command
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +20,12 @@ def test_kill_9_at_five_random_moments_always_resumes(fake_mnist, tmp_path):
     flags = [*long_run(fake_mnist), "--seed", "3"]
     result = crash_and_resume(flags, tmp_path / "killed", kills=5, seed=1, max_delay=0.8)
     assert result["survived"] == 5, result["events"]
-    uninterrupted = train(parse_config([*flags, "--output_dir", str(tmp_path / "whole"), "--quiet", "true"]))
+    uninterrupted = train_run(*flags, "--output_dir", str(tmp_path / "whole"), "--quiet", "true")
     assert abs(result["test/acc"] - uninterrupted["test/acc"]) <= 0.005
     history = json.loads((tmp_path / "killed" / "metrics.json").read_text())["history"]
     assert [row["epoch"] for row in history] == list(range(100))  # every epoch once, across all the restarts
-    assert (tmp_path / "killed" / "metrics.csv").exists() and list((tmp_path / "killed").glob("resume-*/metrics.csv"))
+    assert (tmp_path / "killed" / "logs" / "metrics.csv").exists()
+    assert list((tmp_path / "killed").glob("logs/resume-*/metrics.csv"))
 
 
 @pytest.mark.parametrize(("sent", "exit_code"), [(signal.SIGINT, 1), (signal.SIGTERM, 128 + signal.SIGTERM)])

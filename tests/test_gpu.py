@@ -2,16 +2,14 @@
 
 import pytest
 import torch
-from conftest import TINY_RUN
-
-from mnist_lightning.train import parse_config, train
+from helpers import TINY_RUN, train_run
 
 pytestmark = pytest.mark.gpu
 
 
 def test_train_on_one_gpu(fake_mnist, tmp_path):
     flags = ["--accelerator", "gpu", "--devices", "1", "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path)]
-    metrics = train(parse_config([*flags, *TINY_RUN]))
+    metrics = train_run(*flags, *TINY_RUN)
     assert metrics["accelerator"] == "cuda" and metrics["devices"] == 1
     assert metrics["test/acc"] > 0.9
 

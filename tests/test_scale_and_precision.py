@@ -1,4 +1,4 @@
-"""DDP on two CPU processes, bf16 mixed precision, determinism, and the seed program's config."""
+"""DDP on two CPU processes, bf16 mixed precision, determinism, and the classic SGD config."""
 
 import json
 import subprocess
@@ -6,16 +6,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_VAL, TINY_RUN
+from helpers import TINY_RUN, train_run
 
-from mnist_lightning.train import parse_config, train
+from mnist_lightning.cli import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = {"fit_seconds", "best_checkpoint", "peak_host_mb", "peak_gpu_mb", "history"}
 
 
 def run(data_dir, output_dir, *flags):
-    return train(parse_config(["--data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags]))
+    return train_run("--data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags)
 
 
 def test_bf16_mixed_precision_on_cpu(fake_mnist, tmp_path):
@@ -45,23 +45,21 @@ def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
     metrics = json.loads((output_dir / "metrics.json").read_text())
     assert metrics["devices"] == 2 and metrics["test/acc"] > 0.9
     # Each rank trained on its own half: 1,000 training images, batch 100 -> 5 steps per rank per epoch.
-    steps = [line for line in (output_dir / "metrics.csv").read_text().splitlines()[1:] if line.split(",")[0]]
+    steps = [line for line in (output_dir / "logs" / "metrics.csv").read_text().splitlines()[1:] if line.split(",")[0]]
     assert steps  # the CSV logger wrote, once
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]  # no second run folder from rank 1
     assert result.stdout.decode().count("Test accuracy") == 1  # only rank 0 prints the summary
 
 
 @pytest.mark.real_data
-def test_seed003_config_reaches_91_percent(real_mnist, tmp_path):
-    config = parse_config(["--config", str(ROOT / "configs" / "seed003.yaml"), "--data_dir", str(real_mnist)])
-    config.output_dir, config.enable_progress_bar = str(tmp_path / "seed003"), False
-    metrics = train(config)
+def test_classic_sgd_config_reaches_91_percent(real_mnist, tmp_path):
+    config = ["--config", str(ROOT / "configs" / "classic_sgd.yaml"), "--data_dir", str(real_mnist)]
+    metrics = train_run(*config, "--output_dir", str(tmp_path / "sgd"), "--enable_progress_bar", "false")
     assert (metrics["batch_size"], metrics["epochs"]) == (32, 5)
     assert metrics["test/acc"] >= 0.91
 
 
-def test_seed003_config_parses_to_the_seed_program():
-    config = parse_config(["--config", str(ROOT / "configs" / "seed003.yaml")])
+def test_classic_sgd_config_parses_to_its_recipe():
+    config = parse_args(["--config", str(ROOT / "configs" / "classic_sgd.yaml")])
     assert (config.optimizer, config.lr, config.momentum, config.batch_size) == ("sgd", 0.01, 0.9, 32)
-    assert (config.mean, config.std, config.max_epochs, config.lr_schedule) == (0.5, 0.5, 5, "constant")
-    assert FAKE_VAL < config.val_size
+    assert (config.max_epochs, config.lr_schedule) == (5, "constant")

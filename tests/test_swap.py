@@ -42,4 +42,5 @@ def test_a_user_cnn_on_fashion_mnist_trains_evaluates_predicts_and_exports(tmp_p
     assert export.main(["--ckpt_path", best, "--output_dir", str(tmp_path / "export"), "--formats", "[pt2]"]) == 0
     exported = torch.export.load(tmp_path / "export" / "model.pt2").module()
     images = torch.randn(3, 1, 28, 28)
-    torch.testing.assert_close(exported(images), checkpoint.model.net.eval()(images))
+    best_net = load_checkpoint(best).model.net.eval()
+    torch.testing.assert_close(exported(images), best_net(images))

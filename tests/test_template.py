@@ -11,9 +11,9 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_VAL
 from cookiecutter.exceptions import FailedHookException
 from cookiecutter.main import cookiecutter
+from helpers import FAKE_VAL
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_NAMES = ("mnist_lightning", "mnist-lightning", "MNIST Lightning")

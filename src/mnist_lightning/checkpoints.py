@@ -1,6 +1,7 @@
 """Checkpoints: the one loader every entry point uses, atomic writes, and ``last.ckpt``, the resume point."""
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,4 +85,4 @@ class LastCheckpoint(ModelCheckpoint):
         path = Path(self.dirpath) / "last.ckpt"
         trainer.save_checkpoint(path)
         if trainer.is_global_zero:
-            print(f"\nInterrupted; progress saved to {path}. Resume with:\n  {self.resume_hint}", flush=True)
+            print(f"\nInterrupted; progress saved to {path}. Resume with:\n  {self.resume_hint}", file=sys.stderr)

@@ -12,8 +12,9 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from .checkpoints import load_checkpoint
+from .cli import USER_ERRORS
 from .errors import UserError, run_main
-from .outputs import write_json
+from .records import write_json
 
 FORMATS = ("pt2", "onnx")
 
@@ -46,7 +47,7 @@ def export(config: Namespace) -> dict[str, Path]:
         paths["onnx"] = output_dir / "model.onnx"
         options = {"dynamo": True, "dynamic_shapes": dynamic, "input_names": ["images"], "external_data": False}
         torch.onnx.export(net, example, paths["onnx"], **options)
-    data = checkpoint.datamodule.hparams
+    data = checkpoint.datamodule
     write_json(
         output_dir / "preprocessing.json",
         {"input": "float32 [batch, 1, 28, 28]", "normalize": {"mean": data.mean, "std": data.std, "scale": 1 / 255}},
@@ -57,7 +58,7 @@ def export(config: Namespace) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: export(build_parser().parse_args(argv)))
+    return run_main(lambda: export(build_parser().parse_args(argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":
