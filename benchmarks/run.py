@@ -19,10 +19,10 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import torch
-from mnist_lightning.records import write_json
 
 from mnist_lightning.compare import build_parser as compare_parser
 from mnist_lightning.compare import compare, run_side
+from mnist_lightning.records import write_json
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -1,37 +1,45 @@
-"""The plain-PyTorch reference: the template's model, data, split and defaults, with devices handled by hand.
+"""Train SimpleNN on MNIST in plain PyTorch: the "before" rung, with every device detail written by hand.
 
-This is the "before" picture. Every line marked DEVICE is one that the Lightning version does not need,
-because its Trainer places the model and the batches. Results match the Lightning run: same
-initialization (same seed), same batches in the same order, same arithmetic.
+This is how most PyTorch code is written (compare pytorch/examples, mnist/main.py): a ``torch.device``,
+``model.to(device)``, batches copied with ``.to(device)``, ``.item()`` to read a number back, a
+``torch.cuda.synchronize()`` before reading a clock. Each such line is marked DEVICE. Fabric (train_fabric.py)
+keeps this very loop and replaces those lines; the Trainer (train.py) replaces the loop too. With the same seed
+and flags, all three train on the same batches in the same order with the same arithmetic, and end with the
+same weights: `python scripts/compare.py` runs the three side by side.
 """
 
 import argparse
-import copy
 import os
+import random
 import sys
 import time
-from collections.abc import Iterator
 
+import numpy
 import torch
 import torch.nn.functional as F
-from torch import Tensor
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms
-from torchvision.datasets import MNIST
 
-from .data import DATASETS, DataError, download, load, normalize, split_indices
+from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
 from .devices import why_no_cuda
 from .errors import UserError, run_main
 from .model import SimpleNN
-from .records import OutputDirError, new_run_dir, peak_memory_mb, write_json
+from .optim import build_optimizer, build_schedule
+from .records import OutputDirError, new_run_dir, run_metrics, write_json
 
-Batches = Iterator[tuple[Tensor, Tensor]]  # (images, labels) on the device
+
+def true_or_false(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1", "yes")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="train_pytorch.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")  # DEVICE:
+    # The same flags, names and defaults as scripts/train.py wherever they mean the same thing.
     parser.add_argument("--data_dir", default="data")
+    parser.add_argument("--dataset", choices=sorted(DATASETS), default="mnist")
     parser.add_argument("--output_dir", default=None, help="default: a new folder under runs/")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--max_epochs", type=int, default=12)
@@ -43,157 +51,186 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine")
     parser.add_argument("--val_size", type=int, default=5_000)
     parser.add_argument("--split_seed", type=int, default=0)
-    parser.add_argument("--mean", type=float, default=DATASETS["mnist"].mean)
-    parser.add_argument("--std", type=float, default=DATASETS["mnist"].std)
-    parser.add_argument(
-        "--pipeline",
-        choices=["tensor", "per_sample"],
-        default="tensor",
-        help="tensor: batches sliced from tensors on the device (the template's path); per_sample: "
-        "torchvision's per-image PIL -> ToTensor -> Normalize through a DataLoader, to see what it costs",
-    )
+    parser.add_argument("--pipeline", choices=["tensor", "per_sample"], default="tensor")
     parser.add_argument("--num_workers", type=int, default=0, help="DataLoader workers (per_sample only)")
-    parser.add_argument("--deterministic", action="store_true", help="deterministic algorithms only")
+    parser.add_argument("--deterministic", type=true_or_false, nargs="?", const=True, default=False)
+    parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False, help="torch.compile")
     return parser
 
 
-def choose_device(name: str) -> torch.device:
-    if name == "auto":
+def choose_device(name: str) -> torch.device:  # DEVICE: picking and checking a device is the script's job
+    if name == "auto":  # DEVICE:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")  # DEVICE: the usual one-liner
+    try:  # DEVICE:
+        device = torch.device(name)  # DEVICE:
+    except RuntimeError as error:  # DEVICE:
+        raise UserError(f"--device {name} is not a device; use auto, cpu, cuda, cuda:N or mps.") from error  # DEVICE:
+    if device.type == "cuda" and not torch.cuda.is_available():  # DEVICE:
+        raise UserError(f"--device {name} asks for a GPU, but none can be used: {why_no_cuda()}.")  # DEVICE:
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():  # DEVICE:
+        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s).")  # DEVICE:
+    return device  # DEVICE:
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    # What Lightning's seed_everything and Trainer(deterministic=True) do: seed torch (all devices), numpy,
+    # random; then deterministic algorithms only (CUBLAS_WORKSPACE_CONFIG: cuBLAS's condition for that).
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+
+
+def build_loaders(args: argparse.Namespace, device: torch.device) -> dict:  # DEVICE:
+    """Per split, an iterable of (images, labels) batches, shuffled the same way on every rung."""
+    info = DATASETS[args.dataset]
+    images, labels = load(args.data_dir, args.dataset, train=True)
     try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise UserError(f"--device {name} is not a device name; use auto, cpu, cuda, cuda:N or mps.") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"--device {name} asks for a GPU, but none can be used: {why_no_cuda()}. Use --device cpu.")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s).")
-    return device
-
-
-def load_data(args: argparse.Namespace, device: torch.device) -> dict:
-    """Per split: uint8 tensors on the device (tensor pipeline) or torchvision datasets (per_sample)."""
-    images, labels = load(args.data_dir, train=True)
-    train_idx, val_idx = split_indices(len(labels), args.val_size, args.split_seed)
-    if args.pipeline == "per_sample":
-        to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize((args.mean,), (args.std,))])
-        train_set = MNIST(args.data_dir, train=True, transform=to_tensor)
-        test_set = MNIST(args.data_dir, train=False, transform=to_tensor)
-        return {"train": Subset(train_set, train_idx), "val": Subset(train_set, val_idx), "test": test_set}
-    test_images, test_labels = load(args.data_dir, train=False)
-    # DEVICE: the whole dataset (47 MB as uint8) moves to the device once; a tensor's .to() returns a copy.
+        train_idx, val_idx = split_indices(len(labels), args.val_size, args.split_seed)
+    except ValueError as error:
+        raise DataError(str(error)) from error
+    if args.pipeline == "per_sample":  # torchvision's per-image path, through a DataLoader
+        transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((info.mean,), (info.std,))])
+        train_set = info.torchvision_class(args.data_dir, train=True, transform=transform)
+        test_set = info.torchvision_class(args.data_dir, train=False, transform=transform)
+        splits = {"train": Subset(train_set, train_idx), "val": Subset(train_set, val_idx), "test": test_set}
+        # The order the other rungs use: a permutation seeded with seed + epoch (see data.TensorBatches).
+        loaders = {
+            name: DataLoader(
+                split,
+                args.batch_size,
+                sampler=DistributedSampler(
+                    split,
+                    num_replicas=1,  # DEVICE: one process
+                    rank=0,  # DEVICE:
+                    shuffle=name == "train",
+                    seed=args.seed,
+                ),
+                num_workers=args.num_workers,
+            )
+            for name, split in splits.items()
+        }
+        return loaders  # DEVICE: the training loop moves each batch to the device
+    test_images, test_labels = load(args.data_dir, args.dataset, train=False)
+    splits = {
+        "train": (images[train_idx], labels[train_idx]),
+        "val": (images[val_idx], labels[val_idx]),
+        "test": (test_images, test_labels),
+    }
+    # The whole dataset (47 MB as uint8) goes to the device once; batches are then sliced there.
     return {
-        "train": (images[train_idx].to(device), labels[train_idx].to(device)),
-        "val": (images[val_idx].to(device), labels[val_idx].to(device)),
-        "test": (test_images.to(device), test_labels.to(device)),
+        name: TensorBatches(
+            images.to(device),  # DEVICE: a tensor's .to() returns a copy on the device
+            labels.to(device),  # DEVICE:
+            args.batch_size,
+            info.mean,
+            info.std,
+            shuffle=name == "train",
+            seed=args.seed,
+            num_replicas=1,  # DEVICE: one process
+            rank=0,  # DEVICE:
+        )
+        for name, (images, labels) in splits.items()
     }
 
 
-def batches(data, args: argparse.Namespace, device: torch.device, epoch: int | None = None) -> Batches:
-    """One pass over a split: shuffled for a training ``epoch``, in order when ``epoch`` is None."""
-    if args.pipeline == "per_sample":
-        generator = torch.Generator().manual_seed(args.seed + (epoch or 0))
-        loader = DataLoader(
-            data, args.batch_size, shuffle=epoch is not None, num_workers=args.num_workers, generator=generator
-        )
-        for images, labels in loader:
-            yield images.to(device), labels.to(device)  # DEVICE: copy every batch to the device
-        return
-    images, labels = data
-    if epoch is None:
-        order = torch.arange(len(labels))
-    else:  # the order Lightning's DistributedSampler makes: randperm seeded with seed + epoch
-        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(args.seed + epoch))
-    for idx in order.to(device).split(args.batch_size):
-        yield normalize(images.index_select(0, idx), args.mean, args.std), labels.index_select(0, idx)
+def train_epoch(model, loader, optimizer, schedule, device: torch.device) -> float:  # DEVICE:
+    """One pass over the training set; the mean loss per sample."""
+    model.train()
+    loss_sum = torch.zeros((), device=device)  # DEVICE: summed on the device, read back once per epoch
+    count = torch.zeros((), device=device)  # DEVICE:
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)  # DEVICE: a no-op if already there
+        losses = F.cross_entropy(model(images), labels, reduction="none")  # per sample, for the epoch mean
+        optimizer.zero_grad()
+        losses.mean().backward()
+        optimizer.step()
+        schedule.step()
+        loss_sum += losses.detach().sum()
+        count += len(labels)
+    return (loss_sum / count).item()  # DEVICE: .item() waits for the device and copies to the host
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Batches) -> tuple[float, float]:
+def evaluate(model, loader, device: torch.device) -> tuple[float, float]:  # DEVICE:
+    """Mean loss and accuracy over a split."""
     model.eval()
-    loss_sum, correct, count = 0.0, 0, 0
-    for images, labels in batches:
+    loss_sum = torch.zeros((), device=device)  # DEVICE:
+    correct = torch.zeros((), device=device)  # DEVICE:
+    count = torch.zeros((), device=device)  # DEVICE:
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)  # DEVICE:
         logits = model(images)
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()  # .item() syncs and copies to host
-        # DEVICE: .numpy() works only on CPU tensors, hence .cpu() first.
-        correct += int((logits.argmax(dim=1).cpu().numpy() == labels.cpu().numpy()).sum())
+        loss_sum += F.cross_entropy(logits, labels, reduction="none").sum()
+        correct += (logits.argmax(dim=1) == labels).sum()
         count += len(labels)
-    return loss_sum / count, correct / count
+    return (loss_sum / count).item(), (correct / count).item()  # DEVICE:
 
 
-def train_plain(args: argparse.Namespace) -> dict:
-    device = choose_device(args.device)
+def train(args: argparse.Namespace) -> dict:
+    device = choose_device(args.device)  # DEVICE:
     output_dir = new_run_dir(args.output_dir)
-    torch.manual_seed(args.seed)
-    if args.deterministic:  # what Lightning's Trainer(deterministic=True) sets
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-    download(args.data_dir)
+    seed_everything(args.seed, args.deterministic)
+    model = SimpleNN()  # built right after seeding: the same initial weights on every rung
+    model.to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
+    download(args.data_dir, args.dataset)
     start = time.perf_counter()
-    data = load_data(args, device)
-    train_size = len(data["train"]) if args.pipeline == "per_sample" else len(data["train"][1])
+    loaders = build_loaders(args, device)  # DEVICE:
+    optimizer = build_optimizer(model.parameters(), args.optimizer, args.lr, args.momentum, args.weight_decay)
+    schedule = build_schedule(optimizer, args.lr_schedule, args.max_epochs * len(loaders["train"]))
+    if args.compile:
+        model.compile()  # in place: the state_dict keeps its keys (torch.compile(model) would add "_orig_mod.")
 
-    model = SimpleNN().to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
-    if args.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), args.lr, weight_decay=args.weight_decay)
-    steps = args.max_epochs * -(-train_size // args.batch_size)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
-
-    history, best_val_acc, best_state = [], -1.0, None
+    checkpoints = output_dir / "checkpoints"
+    history, best_val_acc = [], -1.0
     for epoch in range(args.max_epochs):
         epoch_start = time.perf_counter()
-        model.train()
-        loss_sum = torch.zeros((), device=device)  # summed on the device: no host sync per step
-        for images, labels in batches(data["train"], args, device, epoch):
-            loss = F.cross_entropy(model(images), labels)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            if args.lr_schedule == "cosine":
-                schedule.step()
-            loss_sum += loss.detach() * len(labels)
-        val_loss, val_acc = evaluate(model, batches(data["val"], args, device))
-        if device.type == "cuda":
+        loaders["train"].sampler.set_epoch(epoch)  # a new shuffle each epoch, seeded with seed + epoch
+        train_loss = train_epoch(model, loaders["train"], optimizer, schedule, device)  # DEVICE:
+        val_loss, val_acc = evaluate(model, loaders["val"], device)  # DEVICE:
+        if device.type == "cuda":  # DEVICE:
             torch.cuda.synchronize(device)  # DEVICE: CUDA runs asynchronously; wait before reading the clock
         seconds = time.perf_counter() - epoch_start
-        train_loss = loss_sum.item() / train_size
         history.append(
             {"epoch": epoch, "seconds": seconds, "train/loss": train_loss, "val/loss": val_loss, "val/acc": val_acc}
         )
-        print(f"epoch {epoch} train/loss {train_loss:.4f} val/loss {val_loss:.4f} val/acc {val_acc:.4f} {seconds:.1f}s")
-        if val_acc > best_val_acc:  # keep the best epoch's weights, as the Lightning run's checkpoint does
-            best_val_acc, best_state = val_acc, copy.deepcopy(model.state_dict())
+        line = f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}, {seconds:.2f} s"
+        print(line)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        torch.save(state, checkpoints / "last.pt")  # DEVICE:
+        if val_acc > best_val_acc:  # the best epoch's weights are the ones tested, as on the other rungs
+            best_val_acc = val_acc
+            torch.save(state, checkpoints / "best.pt")  # DEVICE:
     fit_seconds = time.perf_counter() - start
 
-    model.load_state_dict(best_state)
-    test_loss, test_acc = evaluate(model, batches(data["test"], args, device))
-    output_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(best_state, output_dir / "model.pt")
-    metrics = {
-        "test/acc": test_acc,
-        "test/loss": test_loss,
-        "best_val/acc": best_val_acc,
-        "epochs": args.max_epochs,
-        "fit_seconds": fit_seconds,
-        "accelerator": device.type,
-        "devices": 1,
-        "num_nodes": 1,
-        "precision": "32-true",
-        "batch_size": args.batch_size,
-        "seed": args.seed,
-        "best_checkpoint": str(output_dir / "model.pt"),
-        **peak_memory_mb(device),
-        "history": history,
-    }
+    best = torch.load(checkpoints / "best.pt", map_location=device, weights_only=True)  # DEVICE: map_location
+    model.load_state_dict(best["model"])  # DEVICE:
+    test_loss, test_acc = evaluate(model, loaders["test"], device)  # DEVICE:
+    metrics = run_metrics(
+        test={"test/acc": test_acc, "test/loss": test_loss},
+        device=device,  # DEVICE:
+        epochs=args.max_epochs,
+        history=history,
+        fit_seconds=fit_seconds,
+        best_val_acc=best_val_acc,
+        best_checkpoint=str(checkpoints / "best.pt"),
+        devices=1,  # DEVICE:
+        num_nodes=1,  # DEVICE:
+        precision="32-true",  # DEVICE:
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
     write_json(output_dir / "metrics.json", metrics)
-    print(f"\nTest accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f}) on {device}; results in {output_dir}")
+    line = f"\nTest accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f}) on {device}; run folder: {output_dir}"  # DEVICE:
+    print(line)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: train_plain(build_parser().parse_args(argv)), (DataError, OutputDirError))
+    return run_main(lambda: train(build_parser().parse_args(argv)), (DataError, OutputDirError))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,15 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import Trainer
 from PIL import Image, ImageOps, UnidentifiedImageError
 from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
 from torchvision.datasets.mnist import read_image_file
 
 from .checkpoints import load_checkpoint
+from .cli import USER_ERRORS
+from .data import normalize
 from .devices import check_accelerator
 from .errors import UserError, run_main
-from .outputs import write_json
+from .records import write_json
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -101,7 +104,8 @@ def predict(config: Namespace) -> list[dict]:
         raise UserError(
             "No input could be read, so there is nothing to predict. Pass PNG/JPG files, folders, or IDX files."
         )
-    checkpoint.datamodule.predict_images = images
+    inputs = normalize(images, checkpoint.datamodule.mean, checkpoint.datamodule.std)
+    batches = DataLoader(TensorDataset(inputs), batch_size=checkpoint.datamodule.hparams.batch_size)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # keep the table the only output
     trainer = Trainer(
         accelerator=config.accelerator,
@@ -111,7 +115,7 @@ def predict(config: Namespace) -> list[dict]:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    probabilities = torch.cat(trainer.predict(checkpoint.model, datamodule=checkpoint.datamodule)).cpu()
+    probabilities = torch.cat(trainer.predict(checkpoint.model, dataloaders=batches)).cpu()
     rows = [
         {"input": name, "prediction": int(p.argmax()), "confidence": float(p.max())}
         | {f"p{digit}": float(p[digit]) for digit in range(10)}
@@ -145,7 +149,7 @@ def write_rows(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: predict(build_parser().parse_args(argv)))
+    return run_main(lambda: predict(build_parser().parse_args(argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":
