@@ -196,7 +196,8 @@ def train(args: argparse.Namespace) -> dict:
         history.append(
             {"epoch": epoch, "seconds": seconds, "train/loss": train_loss, "val/loss": val_loss, "val/acc": val_acc}
         )
-        line = f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}, {seconds:.2f} s"
+        line = f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}"
+        line += f", {seconds:.2f} s"
         print(line)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
         checkpoints.mkdir(parents=True, exist_ok=True)
@@ -224,7 +225,8 @@ def train(args: argparse.Namespace) -> dict:
         seed=args.seed,
     )
     write_json(output_dir / "metrics.json", metrics)
-    line = f"\nTest accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f}) on {device}; run folder: {output_dir}"  # DEVICE:
+    # DEVICE: the device is the script's own to report
+    line = f"\nTest accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f}) on {device}; run folder: {output_dir}"
     print(line)
     return metrics
 
