@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # suite against them in a venv of its own.
 LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.43.0"
 
-.PHONY: install train test test-all test-lowest lint format clean
+.PHONY: install train test test-all test-lowest lint format clean gpu-check gpu-check-cpu
 
 install: $(VENV)/.installed
 
@@ -27,6 +27,14 @@ test: install
 
 test-all: install
 	$(BIN)/python -m pytest $(ARGS)
+
+# Everything that needs an NVIDIA GPU, one command; results in benchmarks/results/gpu_check_gpu.{json,md}.
+# gpu-check-cpu runs the same steps on the CPU and skips what needs CUDA (tests/test_gpu.py runs it in CI).
+gpu-check: install
+	$(BIN)/python scripts/gpu_check.py $(ARGS)
+
+gpu-check-cpu: install
+	$(BIN)/python scripts/gpu_check.py --cpu $(ARGS)
 
 test-lowest:
 	$(PYTHON) -m venv $(VENV)-lowest

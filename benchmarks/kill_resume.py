@@ -1,15 +1,16 @@
 #!/usr/bin/env python
-"""kill -9 a default training run at 20 random moments, resume each time, and compare with an uninterrupted run.
+"""Interrupt a training run at random moments with SIGINT, SIGTERM and SIGKILL, resume each time as a user would,
+and compare the finished run with an uninterrupted one: final weights, test metrics, per-epoch history.
 
-    python benchmarks/kill_resume.py --data_dir data --kills 20      # prints survived/total
+    python benchmarks/kill_resume.py --data_dir data --interrupts 24      # prints resumed/total
 
-Each kill lands a random 0-0.6 s after the restarted process wrote its first checkpoint: in a training step,
-in validation or while a checkpoint is being written. A kill is survived when the last.ckpt it leaves behind
-loads and training resumes from it (`--ckpt_path last`).
+Each interrupt lands a random 0.5 to --latest seconds after the (re)started process began: in start-up, in a
+training step, in validation or while a checkpoint is written. After SIGINT or SIGTERM the command the run
+printed is pasted verbatim (through a shell); after SIGKILL, which prints nothing, the README's resume command
+(`--output_dir <run> --ckpt_path last`). The run counts as resumed when the following command continues it.
 """
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from tempfile import TemporaryDirectory
 from mnist_lightning.records import write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from interrupts import crash_and_resume, train_command
+from interrupts import ROOT, compare_runs, interrupt_and_resume, random_moments, train_command
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -26,21 +27,40 @@ RESULTS = Path(__file__).parent / "results"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="data")
-    parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--max_epochs", type=int, default=100, help="long enough to outlast every kill")
-    parser.add_argument("--max_delay", type=float, default=0.6, help="latest kill, seconds after a checkpoint")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
+    parser.add_argument("--interrupts", type=int, default=24)
+    parser.add_argument("--max_epochs", type=int, default=12)
+    parser.add_argument("--latest", type=float, default=10.0, help="latest interrupt, seconds after a start")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the moments and signals")
+    parser.add_argument("--output", default=str(RESULTS / "kill_resume_cpu.json"))
     args = parser.parse_args()
     flags = ["--data_dir", args.data_dir, "--max_epochs", str(args.max_epochs), "--accelerator", "cpu"]
+    flags += ["--quiet", "true"]
+    moments = random_moments(args.interrupts, args.seed, args.latest)
     with TemporaryDirectory() as tmp:
-        result = crash_and_resume(flags, Path(tmp) / "killed", args.kills, args.seed, args.max_delay)
-        subprocess.run(train_command(flags, Path(tmp) / "whole"), check=True, capture_output=True)
-        uninterrupted = json.loads((Path(tmp) / "whole" / "metrics.json").read_text())["test/acc"]
-    result |= {"uninterrupted_test/acc": uninterrupted, "command": " ".join(sys.argv)}
-    write_json(RESULTS / "kill_resume_cpu.json", result)
+        campaign = interrupt_and_resume(flags, Path(tmp) / "interrupted", moments)
+        whole = Path(tmp) / "whole"
+        subprocess.run(train_command(flags, whole), cwd=ROOT, check=True, capture_output=True)
+        comparison = compare_runs(Path(tmp) / "interrupted", whole)
+    events = campaign.interrupts
+    # Resumed: the next command continued the run (the last interrupt's next command is the final one).
+    continued = [event.exit_code != 0 for event in events]
+    result = {
+        "command": " ".join(sys.argv),
+        "interrupts": len(events),
+        "by_signal": {name: sum(e.signal == name for e in events) for name in ("SIGINT", "SIGTERM", "SIGKILL")},
+        "resumed": sum(continued) if campaign.final_exit_code == 0 else 0,
+        "final_exit_code": campaign.final_exit_code,
+        "comparison": comparison,
+        "events": [
+            {key: value for key, value in vars(e).items() if key != "stderr_tail"} | {"said": e.stderr_tail[-300:]}
+            for e in events
+        ],
+    }
+    write_json(args.output, result)
     print(
-        f"survived {result['survived']}/{result['kills']} kills; test accuracy {100 * result['test/acc']:.2f} % "
-        f"after them, {100 * uninterrupted:.2f} % uninterrupted"
+        f"resumed {result['resumed']}/{result['interrupts']} interrupts {result['by_signal']}; final weights differ "
+        f"by at most {comparison['max_weight_difference']}; test accuracy {comparison['test/acc'][0]:.4f} "
+        f"interrupted, {comparison['test/acc'][1]:.4f} uninterrupted"
     )
 
 

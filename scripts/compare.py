@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Lightning template vs plain PyTorch, side by side: `python scripts/compare.py --accelerator cpu`.
+"""The three rungs side by side: `python scripts/compare.py --accelerator cpu` (plain PyTorch, Fabric, Trainer).
 
-Prints per-epoch training loss of both, test accuracy, median epoch time, the Lightning/plain ratio and
-peak memory; `--json` prints it as JSON. See src/mnist_lightning/compare.py.
+Prints each rung's per-epoch training loss, test accuracy, median epoch time and whole-process time (and their
+ratios to plain PyTorch), peak memory, and the largest differences in final weights and losses between each
+pair; writes them as compare.json. See src/mnist_lightning/compare.py.
 """
 
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The plain-PyTorch reference, devices by hand: `python scripts/train_pytorch.py --device cuda`.
+"""The plain-PyTorch rung, devices by hand: `python scripts/train_pytorch.py --device cuda`.
 
 Same model, data, split, defaults and seed as scripts/train.py; see src/mnist_lightning/plain_pytorch.py.
 """

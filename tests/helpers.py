@@ -4,6 +4,7 @@ Imported by the tests as ``from helpers import ...`` (pytest puts tests/ on sys.
 them are in conftest.py.
 """
 
+import hashlib
 import struct
 from pathlib import Path
 
@@ -37,8 +38,9 @@ def fake_digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return images.astype(np.uint8), labels.astype(np.uint8)
 
 
-def write_fake_dataset(root: Path, folder: str = "MNIST") -> Path:
-    """Uncompressed IDX files in ``<root>/<folder>/raw/``, as torchvision leaves them after extraction.
+def write_fake_dataset(root: Path, folder: str = "MNIST", declare_sums: bool = True) -> Path:
+    """Uncompressed IDX files in ``<root>/<folder>/raw/``, as torchvision leaves them after extraction, with their
+    MD5 sums in ``MD5SUMS`` unless ``declare_sums`` is False (how data of one's own in MNIST's format declares them; see data.SUMS_FILE).
     ``folder`` is torchvision's class name: MNIST, FashionMNIST or KMNIST."""
     raw = root / folder / "raw"
     raw.mkdir(parents=True)
@@ -46,11 +48,15 @@ def write_fake_dataset(root: Path, folder: str = "MNIST") -> Path:
         images, labels = fake_digits(count, seed)
         write_idx(raw / f"{prefix}-images-idx3-ubyte", images)
         write_idx(raw / f"{prefix}-labels-idx1-ubyte", labels)
+    if not declare_sums:
+        return root
+    sums = (f"{hashlib.md5(path.read_bytes()).hexdigest()}  {path.name}" for path in sorted(raw.glob("*-ubyte")))
+    (raw / "MD5SUMS").write_text("\n".join(sums) + "\n")
     return root
 
 
-def write_fake_mnist(root: Path) -> Path:
-    return write_fake_dataset(root, "MNIST")
+def write_fake_mnist(root: Path, declare_sums: bool = True) -> Path:
+    return write_fake_dataset(root, "MNIST", declare_sums)
 
 
 class SmallCNN(nn.Module):

@@ -1,19 +1,74 @@
-"""Kill training with SIGKILL at random moments and resume each time with ``--ckpt_path last``: the harness of
-tests/test_faults.py and benchmarks/kill_resume.py.
+"""Interrupt training as a user would (Ctrl-C, SIGTERM, kill -9 at a moment of the harness's choosing), then do
+what the user does next: paste the command the run printed, or, after kill -9 (which prints nothing), the
+resume command of the README. Repeat until the run finishes; compare it with an uninterrupted run.
 
-A kill can land anywhere: in a training step, in validation, in the middle of writing a checkpoint. The run
-survives a kill when the ``last.ckpt`` left behind loads and training resumes from it. After the last kill the
-run finishes, and its test accuracy can be compared with an uninterrupted run's.
+The harness of tests/test_faults.py and benchmarks/kill_resume.py; it imports nothing from the tests.
 """
 
 import json
+import os
 import random
+import re
+import shlex
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from lightning.pytorch import Callback
+
+ROOT = Path(__file__).resolve().parents[1]
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
+RESUME_LINE = re.compile(r"Resume with:\n\s+(.+)")
+
+
+def train_command(flags: list[str], output_dir: Path) -> list[str]:
+    return [sys.executable, "scripts/train.py", *flags, "--output_dir", str(output_dir)]
+
+
+def user_environment() -> dict[str, str]:
+    """A shell whose ``python`` is this interpreter, as in an activated virtual environment (and which can import
+    this module, for ``--callbacks interrupts.SignalAt``)."""
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": path,
+    }
+
+
+class SignalAt(Callback):
+    """Send a signal to this very process at an exact moment of training, once (the marker file remembers):
+    ``--callbacks interrupts.SignalAt --callbacks.signal SIGTERM --callbacks.moment validation ...``.
+
+    moment: ``batch`` (the start of training batch ``step``), ``validation`` (the second validation batch of
+    epoch ``epoch``), ``checkpoint`` (while a checkpoint of epoch ``epoch`` is being put together, before its
+    file is written).
+    """
+
+    def __init__(self, signal: str, moment: str, marker: str, epoch: int = 1, step: int = 3) -> None:
+        self.signal, self.moment, self.marker, self.epoch, self.step = signal, moment, Path(marker), epoch, step
+
+    def _fire(self) -> None:
+        if not self.marker.exists():
+            self.marker.write_text(f"{self.signal} at {self.moment}")
+            os.kill(os.getpid(), SIGNALS[self.signal])
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.moment == "batch" and trainer.global_step == self.step:
+            self._fire()
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        during_fit = not trainer.sanity_checking and trainer.current_epoch == self.epoch
+        if self.moment == "validation" and during_fit and batch_idx == 1:
+            self._fire()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        if self.moment == "checkpoint" and trainer.current_epoch == self.epoch:
+            self._fire()
 
 
 def checkpoint_loads(path: Path) -> bool:
@@ -23,31 +78,116 @@ def checkpoint_loads(path: Path) -> bool:
         return False
 
 
-def train_command(flags: list[str], output_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "mnist_lightning.train", *flags, "--output_dir", str(output_dir), "--quiet", "true"]
+@dataclass
+class Interrupt:
+    signal: str
+    after_seconds: float  # after the process started
+    exit_code: int | None = None
+    printed_resume: str | None = None  # the command the run printed, if any
+    last_ckpt_loads: bool = False
+    stderr_tail: str = ""
 
 
-def crash_and_resume(flags: list[str], output_dir: Path, kills: int, seed: int = 0, max_delay: float = 1.5) -> dict:
-    """Run, SIGKILL ``kills`` times (each a random 0..max_delay s after a fresh checkpoint), resume, finish."""
+@dataclass
+class Campaign:
+    interrupts: list[Interrupt] = field(default_factory=list)
+    final_exit_code: int | None = None
+    final_stderr: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def start(command: list[str] | str) -> subprocess.Popen:
+    shell = isinstance(command, str)
+    # Started as a user's shell would: Ctrl-C (SIGINT) is delivered, not ignored as in a background job.
+    return subprocess.Popen(
+        command,
+        shell=shell,
+        cwd=ROOT,
+        env=user_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def interrupt(process: subprocess.Popen, name: str, delay: float, timeout: float = 300) -> Interrupt:
+    """Send ``name`` to the running process ``delay`` seconds after it started; wait for it to end."""
+    started = time.monotonic()
+    while process.poll() is None and time.monotonic() - started < delay:
+        time.sleep(0.01)
+    event = Interrupt(name, round(time.monotonic() - started, 2))
+    if process.poll() is None:
+        # With shell=True the shell runs the command with exec (a single command), so the pid is python's.
+        process.send_signal(SIGNALS[name])
+    _, stderr = process.communicate(timeout=timeout)
+    event.exit_code = process.returncode
+    found = RESUME_LINE.findall(stderr)
+    event.printed_resume = found[-1].strip() if found else None
+    event.stderr_tail = stderr[-1500:]
+    return event
+
+
+def next_command(first: list[str], output_dir: Path, printed: str | None) -> list[str] | str:
+    """What the user runs next: the printed command verbatim; after kill -9, the README's resume command if
+    the run folder has a record, else the first command again."""
+    if printed:
+        return printed
+    if (output_dir / "config.yaml").is_file():
+        return shlex.join(["python", "scripts/train.py", "--output_dir", str(output_dir), "--ckpt_path", "last"])
+    return first
+
+
+def interrupt_and_resume(
+    flags: list[str], output_dir: Path, moments: list[tuple[str, float]], timeout: float = 600
+) -> Campaign:
+    """Run ``flags``; for each (signal, seconds) interrupt the current process at that moment, then run what a
+    user would run next; finally let the last command finish. Returns what happened at each step."""
+    first = train_command(flags, output_dir)
+    campaign = Campaign()
+    command: list[str] | str = first
+    for name, delay in moments:
+        process = start(command)
+        event = interrupt(process, name, delay, timeout)
+        event.last_ckpt_loads = checkpoint_loads(output_dir / "checkpoints" / "last.ckpt")
+        campaign.interrupts.append(event)
+        if event.exit_code == 0:  # it finished before the signal came: nothing left to resume
+            return campaign
+        command = next_command(first, output_dir, event.printed_resume)
+    process = start(command)
+    _, stderr = process.communicate(timeout=timeout)
+    campaign.final_exit_code, campaign.final_stderr = process.returncode, stderr[-3000:]
+    return campaign
+
+
+def random_moments(count: int, seed: int, longest: float, names=tuple(SIGNALS)) -> list[tuple[str, float]]:
     rng = random.Random(seed)
-    last = output_dir / "checkpoints" / "last.ckpt"
-    events = []
-    for _ in range(kills):
-        resume = ["--ckpt_path", "last"] if last.exists() else []
-        started = time.time()
-        process = subprocess.Popen(train_command(flags + resume, output_dir), stdout=subprocess.DEVNULL)
-        # Wait for this process to write a checkpoint of its own: then a kill always leaves one to resume from.
-        while process.poll() is None and not (last.exists() and last.stat().st_mtime > started):
-            time.sleep(0.02)
-        if process.poll() is not None:
-            raise RuntimeError(f"training ended (exit {process.returncode}) before it could be killed")
-        time.sleep(rng.uniform(0, max_delay))
-        process.kill()
-        process.wait()
-        events.append({"after_seconds": round(time.time() - started, 2), "last_ckpt_loads": checkpoint_loads(last)})
-    final = subprocess.run(train_command([*flags, "--ckpt_path", "last"], output_dir), capture_output=True, text=True)
-    if final.returncode != 0:
-        raise RuntimeError(f"the final resume failed: {final.stderr[-2000:]}")
-    survived = sum(event["last_ckpt_loads"] for event in events)
-    metrics = json.loads((output_dir / "metrics.json").read_text())
-    return {"kills": kills, "survived": survived, "test/acc": metrics["test/acc"], "events": events}
+    return [(rng.choice(names), round(rng.uniform(0.5, longest), 2)) for _ in range(count)]
+
+
+def compare_runs(interrupted: Path, whole: Path) -> dict:
+    """The two runs' final weights and records, side by side: what must be equal, and how far apart they are."""
+    a = torch.load(whole / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    b = torch.load(interrupted / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+    weight_difference = max((a[key].float() - b[key].float()).abs().max().item() for key in a)
+    ma = json.loads((whole / "metrics.json").read_text())
+    mb = json.loads((interrupted / "metrics.json").read_text())
+    history = (
+        {
+            key: max(abs(x[key] - y[key]) for x, y in zip(ma["history"], mb["history"], strict=True))
+            for key in ("train/loss", "val/loss", "val/acc")
+        }
+        if len(ma["history"]) == len(mb["history"])
+        else None
+    )
+    return {
+        "same_keys": sorted(a) == sorted(b),
+        "max_weight_difference": weight_difference,
+        "test/acc": [mb["test/acc"], ma["test/acc"]],
+        "test/loss": [mb["test/loss"], ma["test/loss"]],
+        "best_val/acc": [mb["best_val/acc"], ma["best_val/acc"]],
+        "history_epochs": [row["epoch"] for row in mb["history"]],
+        "max_history_difference": history,
+    }

@@ -96,7 +96,7 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, capsys):
     other = {"hyper_parameters": {}, "state_dict": {"net.linear.weight": torch.zeros(3, 3)}, "epoch": 0}
     torch.save(other, tmp_path / "other.ckpt")
     assert evaluate_main(["--ckpt_path", str(tmp_path / "other.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
-    assert "is not a readable checkpoint of this project's MNISTClassifier" in one_line(capsys.readouterr().err)
+    assert "is a PyTorch file but not a checkpoint written by scripts/train.py" in one_line(capsys.readouterr().err)
 
 
 def test_more_gpus_than_the_machine_has(monkeypatch):

@@ -42,5 +42,5 @@ def test_a_truncated_checkpoint_is_a_clear_error_and_writes_nothing(trained, tmp
     corrupt.write_bytes(Path(trained["best_checkpoint"]).read_bytes()[:1000])
     assert main(["--ckpt_path", str(corrupt), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "is not a readable checkpoint" in err and "Traceback" not in err
+    assert "is not a PyTorch checkpoint" in err and "damaged" in err and "Traceback" not in err
     assert not (tmp_path / "e").exists()

@@ -1,46 +1,107 @@
-"""Crashes and interruptions: kill -9 at random moments, Ctrl-C and SIGTERM; training always resumes."""
+"""Interrupted runs, end to end as a user lives them: Ctrl-C, SIGTERM or kill -9 at a chosen moment, then the
+command the run printed (pasted through a shell) or the README's resume command; the finished run must equal
+an uninterrupted one: same final weights, same test metrics, every epoch once in metrics.json."""
 
 import json
 import signal
-import subprocess
-import time
 
 import pytest
-from helpers import FAKE_VAL, train_run
-from interrupts import checkpoint_loads, crash_and_resume, train_command
+from helpers import FAKE_VAL
+from interrupts import compare_runs, interrupt_and_resume, start, train_command
+from test_data_integrity import fake_data_with_sums
 
 pytestmark = pytest.mark.slow
 
-
-def long_run(data_dir) -> list[str]:
-    return ["--data_dir", str(data_dir), "--val_size", str(FAKE_VAL), "--batch_size", "50", "--max_epochs", "100"]
+EPOCHS = 6
 
 
-def test_kill_9_at_five_random_moments_always_resumes(fake_mnist, tmp_path):
-    flags = [*long_run(fake_mnist), "--seed", "3"]
-    result = crash_and_resume(flags, tmp_path / "killed", kills=5, seed=1, max_delay=0.8)
-    assert result["survived"] == 5, result["events"]
-    uninterrupted = train_run(*flags, "--output_dir", str(tmp_path / "whole"), "--quiet", "true")
-    assert abs(result["test/acc"] - uninterrupted["test/acc"]) <= 0.005
-    history = json.loads((tmp_path / "killed" / "metrics.json").read_text())["history"]
-    assert [row["epoch"] for row in history] == list(range(100))  # every epoch once, across all the restarts
-    assert (tmp_path / "killed" / "logs" / "metrics.csv").exists()
-    assert list((tmp_path / "killed").glob("logs/resume-*/metrics.csv"))
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return fake_data_with_sums(tmp_path_factory.mktemp("data"))
 
 
-@pytest.mark.parametrize(("sent", "exit_code"), [(signal.SIGINT, 1), (signal.SIGTERM, 128 + signal.SIGTERM)])
-def test_ctrl_c_and_sigterm_save_a_checkpoint_and_say_how_to_resume(fake_mnist, tmp_path, sent, exit_code):
-    output_dir = tmp_path / "run"
-    last = output_dir / "checkpoints" / "last.ckpt"
-    process = subprocess.Popen(
-        train_command(long_run(fake_mnist), output_dir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 120
-    while process.poll() is None and not last.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.3)
-    process.send_signal(sent)
+@pytest.fixture(scope="module")
+def flags(data) -> list[str]:
+    return ["--data_dir", str(data), "--val_size", str(FAKE_VAL), "--batch_size", "50", "--quiet", "true"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(flags, tmp_path_factory):
+    whole = tmp_path_factory.mktemp("whole") / "run"
+    process = start(train_command([*flags, "--max_epochs", str(EPOCHS)], whole))
+    assert process.wait(timeout=300) == 0
+    return whole
+
+
+def signal_at(name: str, moment: str, marker, **where) -> list[str]:
+    options = ["--callbacks", "interrupts.SignalAt", "--callbacks.signal", name, "--callbacks.moment", moment]
+    options += ["--callbacks.marker", str(marker)]
+    for key, value in where.items():
+        options += [f"--callbacks.{key}", str(value)]
+    return options
+
+
+def assert_same_as_uninterrupted(run, whole):
+    comparison = compare_runs(run, whole)
+    assert comparison["max_weight_difference"] == 0.0, comparison
+    assert comparison["test/acc"][0] == comparison["test/acc"][1], comparison
+    assert comparison["test/loss"][0] == comparison["test/loss"][1], comparison
+    assert comparison["history_epochs"] == list(range(EPOCHS))
+    metrics = json.loads((run / "metrics.json").read_text())  # valid JSON; the whole run's time
+    assert metrics["fit_seconds"] >= sum(row["seconds"] for row in metrics["history"]) * 0.5
+
+
+CASES = [
+    ("SIGINT", "batch", {"step": 30}, 130),  # mid-epoch (20 steps per epoch)
+    ("SIGTERM", "batch", {"step": 45}, 143),
+    ("SIGTERM", "validation", {"epoch": 2}, 143),  # the epoch's validation runs to its end, then the run stops
+    ("SIGINT", "validation", {"epoch": 1}, 130),
+    ("SIGKILL", "checkpoint", {"epoch": 3}, -9),  # while last.ckpt of epoch 3 is being saved
+    ("SIGKILL", "batch", {"step": 5}, -9),  # before the first checkpoint: the resume command starts it over
+]
+
+
+@pytest.mark.parametrize(("name", "moment", "where", "exit_code"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_interrupted_then_resumed_equals_uninterrupted(flags, uninterrupted, tmp_path, name, moment, where, exit_code):
+    run = tmp_path / "run"
+    options = [*flags, "--max_epochs", str(EPOCHS), *signal_at(name, moment, tmp_path / "fired", **where)]
+    # The interrupt comes from inside (SignalAt), at its exact moment; the harness only waits (delay: forever).
+    campaign = interrupt_and_resume(options, run, [(name, 10_000)])
+    (event,) = campaign.interrupts
+    assert (tmp_path / "fired").exists() and event.exit_code == exit_code, event.stderr_tail
+    assert "Traceback" not in event.stderr_tail
+    if name != "SIGKILL":
+        assert event.printed_resume and event.printed_resume.startswith("python scripts/train.py --output_dir ")
+    assert campaign.final_exit_code == 0, campaign.final_stderr
+    assert "Traceback" not in campaign.final_stderr and "Warning" not in campaign.final_stderr
+    assert_same_as_uninterrupted(run, uninterrupted)
+    assert len(list(run.glob("logs/resume-*"))) <= 1
+
+
+def test_ctrl_c_twice_stops_at_once_and_keeps_the_last_epoch(flags, tmp_path):
+    run = tmp_path / "run"
+    first_ctrl_c = signal_at("SIGINT", "batch", tmp_path / "marker", step=50)
+    process = start(train_command([*flags, "--max_epochs", "200", *first_ctrl_c], run))
+    # The second Ctrl-C: sent as soon as the first has been announced.
+    line = ""
+    while "stopping after this batch" not in line:
+        line = process.stderr.readline()
+        assert line or process.poll() is None
+    process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == exit_code, stderr[-2000:]
-    assert "Resume with:" in stderr and "--ckpt_path last" in stderr and "Traceback" not in stderr
-    assert checkpoint_loads(last)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert "Resume with:" in stderr  # last.ckpt of the epochs before (40 steps = 2 epochs) is there
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_random_moments_a_few_points(flags, uninterrupted, tmp_path):
+    """A small version of benchmarks/kill_resume.py: each signal at a moment chosen at random."""
+    from interrupts import random_moments
+
+    run = tmp_path / "run"
+    moments = random_moments(3, seed=7, longest=12.0)
+    campaign = interrupt_and_resume([*flags, "--max_epochs", str(EPOCHS)], run, moments)
+    assert campaign.final_exit_code in (0, None), campaign.final_stderr
+    if campaign.final_exit_code is None:  # a signal came after the run had finished: it finished on its own
+        assert campaign.interrupts[-1].exit_code == 0
+    assert_same_as_uninterrupted(run, uninterrupted)

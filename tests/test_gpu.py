@@ -1,27 +1,180 @@
-"""GPU runs; collected everywhere, skipped where CUDA is unavailable (see conftest.py)."""
+"""What can only break on a GPU: the dataset placed on it, no host sync per training step, the mixed-precision
+plugins, CUDA-aware epoch timing; the gpu-check command's CPU mode (which CI runs) is tested here too.
+
+Tests marked gpu are collected everywhere and skipped where CUDA is unavailable (see conftest.py);
+`python scripts/gpu_check.py` runs them on a GPU machine with everything else that needs one.
+"""
+
+import contextlib
+import json
+import time
+import warnings
 
 import pytest
 import torch
-from helpers import TINY_RUN, train_run
+from helpers import FAKE_VAL, TINY_RUN, train_run
 
-pytestmark = pytest.mark.gpu
+from mnist_lightning import gpu_check, plain_pytorch, train_fabric
+
+gpu = pytest.mark.gpu
+SYNC_WARNING = "called a synchronizing CUDA operation"
+# 1,000 training images in batches of 50: 20 steps per epoch, so per-step syncs cannot hide among per-epoch ones.
+STEPS_RUN = ["--val_size", str(FAKE_VAL), "--batch_size", "50", "--max_epochs", "2"]
 
 
+@contextlib.contextmanager
+def counting_host_syncs(counter: list):
+    """Count the CUDA operations that make the host wait for the GPU (torch's sync debug mode) while inside."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    counter.append(sum(SYNC_WARNING in str(warning.message) for warning in caught))
+
+
+@gpu
 def test_train_on_one_gpu(fake_mnist, tmp_path):
     flags = ["--accelerator", "gpu", "--devices", "1", "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path)]
     metrics = train_run(*flags, *TINY_RUN)
     assert metrics["accelerator"] == "cuda" and metrics["devices"] == 1
-    assert metrics["test/acc"] > 0.9
+    assert metrics["test/acc"] > 0.9 and metrics["peak_gpu_mb"] > 0
 
 
+@gpu
 def test_dataset_lives_on_the_gpu(fake_mnist):
     from lightning.pytorch import Trainer
 
     from mnist_lightning.datamodule import MNISTDataModule
 
-    datamodule = MNISTDataModule(str(fake_mnist), val_size=200)
+    datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL)
     datamodule.trainer = Trainer(accelerator="gpu", devices=1, logger=False)
     datamodule.trainer.strategy.setup_environment()
     datamodule.setup("fit")
     assert all(tensor.is_cuda for pair in datamodule.splits.values() for tensor in pair)
-    assert torch.cuda.memory_allocated() > 0
+    images, labels = next(iter(datamodule.train_dataloader()))
+    assert images.is_cuda and labels.is_cuda and images.dtype == torch.float32  # sliced and normalized on the GPU
+
+
+@gpu
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
+def test_trainer_mixed_precision_on_the_gpu(fake_mnist, tmp_path, precision):
+    if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bfloat16 support")
+    flags = ["--accelerator", "gpu", "--devices", "1", "--precision", precision, "--data_dir", str(fake_mnist)]
+    metrics = train_run(*flags, "--output_dir", str(tmp_path), *TINY_RUN)
+    assert metrics["precision"] == precision and metrics["test/acc"] > 0.9
+
+
+@gpu
+def test_fabric_16_mixed_scales_the_loss_on_the_gpu(fake_mnist, tmp_path):
+    flags = ["--accelerator", "gpu", "--precision", "16-mixed", "--data_dir", str(fake_mnist), *STEPS_RUN]
+    fabric = train_fabric.build_fabric(train_fabric.build_parser().parse_args(flags))
+    assert fabric.strategy.precision.scaler is not None  # fabric.backward scales; optimizer.step unscales
+    assert train_fabric.main([*flags, "--output_dir", str(tmp_path / "fabric")]) == 0
+    metrics = json.loads((tmp_path / "fabric" / "metrics.json").read_text())
+    assert metrics["precision"] == "16-mixed" and metrics["accelerator"] == "cuda" and metrics["test/acc"] > 0.9
+
+
+@gpu
+def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path, monkeypatch):
+    """Each epoch may sync a few times (the shuffled order goes to the GPU, the epoch loss comes back); a step
+    must not: 40 steps here."""
+    from lightning.pytorch import Callback
+
+    counts: dict[str, list] = {"plain": [], "fabric": [], "trainer": []}
+    for name, module in (("plain", plain_pytorch), ("fabric", train_fabric)):
+        original = module.train_epoch
+
+        def counted(*args, _original=original, _counts=counts[name], **kwargs):
+            with counting_host_syncs(_counts):
+                return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, "train_epoch", counted)
+    flags = ["--data_dir", str(fake_mnist), *STEPS_RUN]
+    assert plain_pytorch.main([*flags, "--device", "cuda", "--output_dir", str(tmp_path / "plain")]) == 0
+    assert train_fabric.main([*flags, "--accelerator", "gpu", "--output_dir", str(tmp_path / "fabric")]) == 0
+
+    class CountSyncs(Callback):
+        """From the start of each training epoch to the start of its validation: every training step."""
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.context = counting_host_syncs(counts["trainer"])
+            self.context.__enter__()
+
+        def on_validation_start(self, trainer, pl_module):
+            if trainer.training and hasattr(self, "context"):
+                self.context.__exit__(None, None, None)
+                del self.context
+
+    from mnist_lightning.cli import build_training, parse_args
+
+    training = build_training(parse_args([*flags, "--accelerator", "gpu", "--output_dir", str(tmp_path / "trainer")]))
+    training.trainer.callbacks.insert(0, CountSyncs())
+    training.trainer.fit(training.model, datamodule=training.datamodule)
+    for rung, per_epoch in counts.items():
+        assert len(per_epoch) == 2, rung
+        assert max(per_epoch) <= 5, f"{rung}: {per_epoch} host syncs in epochs of 20 steps"
+
+
+@gpu
+def test_epoch_times_wait_for_the_gpu(fake_mnist):
+    """EpochHistory reads the clock only after the GPU has finished: work still queued counts in the epoch."""
+    from lightning.pytorch import Callback, Trainer
+
+    from mnist_lightning.callbacks import EpochHistory
+    from mnist_lightning.datamodule import MNISTDataModule
+    from mnist_lightning.lightning_module import MNISTClassifier
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    torch.cuda._sleep(100_000_000)  # a kernel that spins for that many GPU clock cycles
+    torch.cuda.synchronize()
+    sleep_seconds = time.perf_counter() - start
+    cycles = int(100_000_000 * 0.5 / sleep_seconds)  # about half a second of GPU time
+
+    class QueueGpuWork(Callback):  # runs before EpochHistory's hook: the work is queued, not finished
+        def on_train_epoch_end(self, trainer, pl_module):
+            torch.cuda._sleep(cycles)
+
+    history = EpochHistory()
+    trainer = Trainer(
+        accelerator="gpu",
+        devices=1,
+        max_epochs=1,
+        callbacks=[QueueGpuWork(), history],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(MNISTClassifier(), datamodule=MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=100))
+    assert history.rows[0]["seconds"] >= 0.4
+
+
+@pytest.mark.slow
+def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist, tmp_path, capsys):
+    """What CI runs: make gpu-check-cpu, on the fake data."""
+    flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100"]
+    assert gpu_check.main([*flags, "--max_epochs", "2", "--results_dir", str(tmp_path)]) == 0, capsys.readouterr()
+    results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
+    status = {step["step"]: step["status"] for step in results["steps"]}
+    assert results["mode"] == "cpu" and results["failed"] == []
+    assert status["train.py --accelerator cpu --devices 1 --precision 16-mixed"] == "skipped"
+    for step in ("devices.py", "train.py --accelerator cpu --devices 1 --precision bf16-mixed", "compare.py"):
+        assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
+    for step in ("train_fabric.py", "train_pytorch.py", "pytest -m gpu", "evaluate.py", "predict.py", "export.py"):
+        assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
+    compare = next(step for step in results["steps"] if step["step"].startswith("compare.py"))
+    assert compare["note"].startswith("bit-identical")
+    assert "| `devices.py` | ok |" in (tmp_path / "gpu_check_cpu.md").read_text()
+
+
+def test_gpu_check_without_a_gpu_says_to_use_cpu_mode(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main(["--results_dir", str(tmp_path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "No CUDA GPU can be used here" in err and "--cpu" in err
+    assert not list(tmp_path.iterdir())

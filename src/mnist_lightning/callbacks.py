@@ -1,5 +1,7 @@
-"""EpochHistory: one row per epoch (wall time and epoch-level metrics) for ``metrics.json``."""
+"""Callbacks of every training run: the per-epoch history for ``metrics.json`` (which also stops a diverged run)
+and the learning-rate schedule's length on a resumed run that trains longer."""
 
+import math
 import time
 
 import torch
@@ -8,16 +10,32 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
 
+class DivergedError(Exception):
+    """The training loss stopped being a finite number; the message says when and what to change."""
+
+    exit_code = 1
+
+
 class EpochHistory(Callback):
-    """Record each epoch's wall time (training plus validation) and its epoch-level metrics."""
+    """Record each epoch's wall time (training plus validation) and its epoch-level metrics, and the run's fit
+    time summed over all its segments (a resumed run continues the clock of the checkpoint it starts from).
+
+    An epoch whose training loss is not finite stops the run before its checkpoints are written: ``last.ckpt``
+    keeps the last finite weights, and no record gets a NaN.
+    """
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
-        self._start = time.perf_counter()
+        self.fit_seconds_before = 0.0  # fit time of the earlier segments of a resumed run
+        self._start = self._segment_start = time.perf_counter()
+
+    def fit_seconds(self) -> float:
+        """Fit time of the whole run so far, every resumed segment included."""
+        return self.fit_seconds_before + time.perf_counter() - self._segment_start
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # A run resumed from a mid-epoch checkpoint continues its epoch without on_train_epoch_start.
-        self._start = time.perf_counter()
+        self._start = self._segment_start = time.perf_counter()
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start = time.perf_counter()
@@ -29,11 +47,50 @@ class EpochHistory(Callback):
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start}
         metrics = trainer.callback_metrics
         row.update({name: float(metrics[name]) for name in RECORDED if name in metrics})
+        loss = row.get("train/loss")
+        if loss is not None and not math.isfinite(loss):
+            # Raised here, before the checkpoint callbacks (which Lightning runs last) save NaN weights.
+            hparams = pl_module.hparams
+            raise DivergedError(
+                f"Training diverged: the training loss of epoch {trainer.current_epoch} is {loss} "
+                f"(lr {hparams.get('lr')}, optimizer {hparams.get('optimizer')}). Nothing of that epoch was saved: "
+                "checkpoints/ holds the last weights that were finite, if any. Start a new run with a smaller --lr."
+            )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
 
-    # Kept in checkpoints, so a resumed run's metrics.json still has every epoch.
+    # Kept in checkpoints, so a resumed run's metrics.json still has every epoch and the whole fit time.
     def state_dict(self) -> dict:
-        return {"rows": self.rows}
+        return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.rows = list(state_dict["rows"])
+        self.fit_seconds_before = float(state_dict.get("fit_seconds", 0.0))
+
+
+class ScheduleLength(Callback):
+    """Fit a step-wise cosine schedule to the run's length when a resumed run is given another --max_epochs.
+
+    A resumed run restores its schedulers from the checkpoint, length included: the cosine would reach zero at
+    the old end and then climb back to the peak learning rate. Here the schedule takes the new length, and from
+    the resumed step on the learning rate is what a run planned that long from the start would have at that
+    step (so it rises again when a finished run is extended: a schedule that had decayed to zero cannot
+    continue from zero). Other schedules are left as they are.
+    """
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        total = trainer.estimated_stepping_batches
+        if not math.isfinite(total):
+            return
+        for config in trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if not isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR) or config.interval != "step":
+                continue
+            length = max(int(total), 1)
+            if scheduler.T_max == length:
+                continue
+            scheduler.T_max = length
+            # CosineAnnealingLR steps recursively from the current lr: set the current lr on the new curve.
+            progress = min(scheduler.last_epoch, length) / length
+            for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, strict=True):
+                group["lr"] = scheduler.eta_min + (base - scheduler.eta_min) * (1 + math.cos(math.pi * progress)) / 2
+            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]

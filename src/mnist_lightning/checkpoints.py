@@ -1,7 +1,12 @@
 """Checkpoints: the one loader every entry point uses, atomic writes, and ``last.ckpt``, the resume point."""
 
 import os
+import pickle
+import signal
 import sys
+import threading
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,22 +34,77 @@ class Checkpoint:
 def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     """The model, the data settings it was trained with (``data_overrides`` replace some) and its epoch count.
 
-    Read with ``weights_only=True``: only tensors and plain containers are unpickled, so a checkpoint from an
-    untrusted source cannot run code while loading.
+    Every entry point (train, evaluate, predict, export) loads through here, so each bad input gets the same
+    message wherever it is given. Read with ``weights_only=True``: only tensors and plain containers are
+    unpickled, so a checkpoint from an untrusted source cannot run code while loading.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
+    contents = read_checkpoint(path)
     try:
-        contents = torch.load(path, map_location="cpu", weights_only=True)
         model = MNISTClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = MNISTDataModule.load_from_checkpoint(path, weights_only=True, **data_overrides)
-    except Exception as error:  # torch and Lightning raise many types for a bad file; all mean the same here
-        details = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except Exception as error:  # a network that does not fit the weights, or settings from another version
         raise CheckpointError(
-            f"{path} is not a readable checkpoint of this project's MNISTClassifier ({details})"
+            f"{path} holds a checkpoint that this project's MNISTClassifier cannot rebuild: {first_line(error)}. "
+            "Pass a checkpoint written by scripts/train.py of this project."
         ) from error
-    return Checkpoint(model, datamodule, epochs=contents.get("epoch", -1) + 1)
+    return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The raw contents of a checkpoint written by this project, or a CheckpointError that says what the file is."""
+    path = Path(path)
+    if path.is_dir():
+        inside = sorted(path.glob("checkpoints/*.ckpt")) or sorted(path.glob("*.ckpt"))
+        hint = f", e.g. {inside[-1]}" if inside else ""
+        raise CheckpointError(f"{path} is a folder; --ckpt_path takes a .ckpt file{hint}.")
+    if not path.is_file():
+        resume = " To resume a run, pass --output_dir <its folder> --ckpt_path last." if path.name == "last" else ""
+        raise CheckpointError(f"{path}: no such file.{resume}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes): not a checkpoint, or a copy that never finished.")
+    with open(path, "rb") as file:
+        start = file.read(2)
+    if not zipfile.is_zipfile(path) and start[:1] != b"\x80":  # torch.save writes a zip; old torch, a pickle
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint: it is another kind of file, or damaged.")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on pickle protocols: not the user's concern
+            contents = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        # torch's message suggests weights_only=False, which would run whatever code the file holds: not here.
+        raise CheckpointError(
+            f"{path} is not a checkpoint of this project: it holds Python objects other than tensors and plain "
+            "values, which are not loaded because loading them could run code."
+        ) from error
+    except Exception as error:  # zip errors, truncation, text files: torch raises many types for one meaning
+        raise CheckpointError(
+            f"{path} is not a readable PyTorch checkpoint (damaged, truncated, or another kind of file): "
+            f"{first_line(error)}"
+        ) from error
+    missing = [
+        key
+        for key in ("state_dict", "hyper_parameters", "epoch", "pytorch-lightning_version")
+        if not isinstance(contents, dict) or key not in contents
+    ]
+    if missing:
+        raise CheckpointError(
+            f"{path} is a PyTorch file but not a checkpoint written by scripts/train.py (it has no "
+            f"{', '.join(missing)}). Pass a .ckpt from a run's checkpoints/ folder."
+        )
+    return contents
+
+
+def completed_epochs(contents: dict[str, Any]) -> int:
+    """Epochs fully trained when the checkpoint was saved: ``epoch`` is the epoch in progress, complete only if
+    its last batch was done (a checkpoint saved on Ctrl-C or SIGTERM can be mid-epoch)."""
+    progress = contents.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
+    finished = progress.get("is_last_batch", True)
+    return int(contents.get("epoch", -1)) + (1 if finished else 0)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -67,22 +127,116 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``checkpoints/last.ckpt``, the resume point: rewritten at the end of every epoch, and on Ctrl-C or SIGTERM.
+    """``checkpoints/last.ckpt``, the resume point: rewritten at the end of every epoch, and when Ctrl-C or SIGTERM
+    stops the run.
 
     ModelCheckpoint's own ``save_last=True`` rewrites it only in epochs where the monitored metric improved:
     a stale resume point. Lightning runs checkpoint callbacks after the others, so the file also holds the
     state of the other callbacks for the epoch (the metrics history, for one).
+
+    Ctrl-C and SIGTERM (SLURM, ``docker stop``) during training do not stop the run where they land: the run
+    finishes the batch in progress (and the epoch's validation, if it has begun), saves ``last.ckpt`` and stops,
+    so that weights, optimizer, schedule and data position in the file agree and a resumed run trains on the
+    very batches an uninterrupted one would. A second Ctrl-C stops at once, keeping the previous ``last.ckpt``.
     """
 
     def __init__(self, dirpath: Path, resume_hint: str) -> None:
         super().__init__(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)
         self.resume_hint = resume_hint
+        self.stop_signal: int | None = None  # the signal that asked the run to stop, once one has
+        self._saved_for_stop = False
+        self.reported = False  # whether on_exception has told the user where things stand
+        self._handlers: dict[int, Any] = {}
+        self._loader_states: list[dict] = []  # the train loader's position, from the checkpoint resumed
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(trainer, pl_module, checkpoint)
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        self._loader_states = fit_loop.get("state_dict", {}).get("combined_loader", [])
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        # Lightning hands a stateful train loader its saved position only if the loader is built after the loop
+        # state is restored; configure_optimizers' estimated_stepping_batches builds it before. Hand it over
+        # here, before the first batch is drawn, so a run resumed mid-epoch continues with the right batch.
+        loaders = trainer.train_dataloader
+        loaders = list(loaders) if isinstance(loaders, list | tuple) else [loaders]
+        stateful = [loader for loader in loaders if hasattr(loader, "load_state_dict")]
+        if self._loader_states and len(stateful) == len(self._loader_states):
+            for loader, state in zip(stateful, self._loader_states, strict=True):
+                loader.load_state_dict(state)
+        self._loader_states = []
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._handlers[signum] = signal.getsignal(signum)
+            signal.signal(signum, lambda signum, frame: self._request_stop(trainer, signum))
+
+    def _request_stop(self, trainer: Trainer, signum: int) -> None:
+        if self.stop_signal is not None:  # a second signal: stop now, without saving a half-done step
+            self._restore_handlers()
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+        if signum == signal.SIGTERM and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)  # as Lightning's own SIGTERM handler: pass it to the DDP ranks
+        if trainer.is_global_zero:
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            print(
+                f"\n{name}: stopping after this batch to save progress (Ctrl-C again stops at once, without saving).",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
+        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+        if self.stop_signal is None:
+            return
+        batch_idx = kwargs.get("batch_idx", args[-1] if args else 0)
+        last_of_epoch = batch_idx + 1 >= trainer.num_training_batches
+        validates_next = isinstance(trainer.val_check_batch, int) and (batch_idx + 1) % trainer.val_check_batch == 0
+        # Not before validation: a checkpoint cannot hold half-computed validation metrics. The epoch's own
+        # end saves and stops instead (on_train_epoch_end).
+        if not last_of_epoch and not validates_next:
+            stop_after_this_batch(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)  # writes last.ckpt
+        if self.stop_signal is not None:
+            self._saved_for_stop = True
+            stop_after_this_batch(trainer)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        # Lightning turns SIGTERM into SIGTERMException at the next batch boundary, so the state is consistent.
-        if not isinstance(exception, KeyboardInterrupt | SystemExit) or not trainer.training:
-            return
+        self._restore_handlers()
+        if not isinstance(exception, KeyboardInterrupt | SystemExit):
+            return  # an error: the run failed, and its message says why
         path = Path(self.dirpath) / "last.ckpt"
-        trainer.save_checkpoint(path)
-        if trainer.is_global_zero:
-            print(f"\nInterrupted; progress saved to {path}. Resume with:\n  {self.resume_hint}", file=sys.stderr)
+        if isinstance(exception, KeyboardInterrupt):
+            self.stop_signal = signal.SIGINT
+        elif self.stop_signal is not None and not self._saved_for_stop:
+            trainer.save_checkpoint(path)  # stopped between batches: a consistent state
+        self.reported = True
+        if not trainer.is_global_zero:
+            return
+        if path.is_file():
+            print(f"\nStopped; progress saved to {path}. Resume with:\n  {self.resume_hint}", file=sys.stderr)
+        else:
+            print(
+                "\nStopped before the first epoch ended: there is no progress to resume. Run the same command "
+                "again to start over.",
+                file=sys.stderr,
+            )
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._restore_handlers()
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._handlers.items():
+            signal.signal(signum, handler)
+        self._handlers = {}
+
+
+def stop_after_this_batch(trainer: Trainer) -> None:
+    """Lightning's own SIGTERM stop: its loops raise SIGTERMException once the batch (or epoch) in progress is done,
+    after the schedulers have stepped. ``Trainer.received_sigterm`` has no setter, so the flag is set where
+    Lightning's signal handler sets it."""
+    trainer._signal_connector.received_sigterm = True

@@ -31,20 +31,27 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import EpochHistory
-from .checkpoints import AtomicCheckpointIO, CheckpointError, LastCheckpoint, load_checkpoint
+from .callbacks import DivergedError, EpochHistory, ScheduleLength
+from .checkpoints import (
+    AtomicCheckpointIO,
+    CheckpointError,
+    LastCheckpoint,
+    completed_epochs,
+    load_checkpoint,
+    read_checkpoint,
+)
 from .data import DataError
 from .datamodule import MNISTDataModule
 from .devices import check_accelerator
 from .errors import UserError
 from .lightning_module import MNISTClassifier
-from .records import OutputDirError, new_run_dir
+from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
-USER_ERRORS = (DataError, CheckpointError, OutputDirError)
+USER_ERRORS = (DataError, CheckpointError, OutputDirError, DivergedError)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-RECORD = "config.yaml"
+RECORD = RUN_RECORD
 # What may differ when a run is resumed from its record: how long it trains, where and how it shows progress.
 # Anything else would make the finished run a mix of two configurations, and is refused.
 RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
@@ -152,23 +159,28 @@ class Training:
 
 def build_training(config: Namespace) -> Training:
     """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run."""
+    # Everything that can be wrong is checked before Lightning's banners print and before any folder is made.
     check_accelerator(config.accelerator, config.devices)
     run_dir, resuming = choose_run_dir(config)
-    ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else config.ckpt_path
-    if ckpt_path and not resuming:
+    ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else None
+    if config.ckpt_path not in (None, "last"):
+        ckpt_path = config.ckpt_path
         load_checkpoint(ckpt_path)  # refuses a missing, damaged or foreign file before anything starts
     if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
         for name in ("lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    seed_everything(config.seed, workers=True)  # before --net is built: it seeds the initial weights
+    # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json: no banner.
+    seed_everything(config.seed, workers=True, verbose=False)
     built = build_parser().instantiate_classes(config)  # --net, callbacks, loggers and plugins given by class path
     try:
-        model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
         datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
+        model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
     except ValueError as error:
         raise UserError(f"{error}.") from error
+    if rank_zero_only.rank == 0:
+        datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
+    trainer = build_trainer(built, run_dir, resume_hint(run_dir), resuming)
     record_network(model, config)
-    trainer = build_trainer(built, run_dir, resume_hint(run_dir))
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         record = config.clone()
@@ -204,18 +216,50 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
             raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
         return Path(shared), resuming
     if resuming:
-        last = Path(config.output_dir or "") / "checkpoints" / "last.ckpt"
-        if not config.output_dir or not last.is_file():
-            found = f"{last} does not exist" if config.output_dir else "no --output_dir was given"
+        run_dir = Path(config.output_dir or "")
+        if not config.output_dir:
             raise UserError(
-                f"--ckpt_path last resumes the run in --output_dir, but {found}. Pass the folder of the run to "
-                "resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+                "--ckpt_path last resumes the run in --output_dir, but no --output_dir was given. Pass the folder of "
+                "the run to resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
             )
-        run_dir = Path(config.output_dir)
+        last = run_dir / "checkpoints" / "last.ckpt"
+        if not last.is_file() and clear_unstarted_run(run_dir):
+            # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
+            print(
+                f"{run_dir} holds no checkpoint (its run stopped before the first epoch ended): starting the run "
+                f"from the beginning, with the options in its {RECORD}.",
+                file=sys.stderr,
+            )
+            resuming = False
+        elif not last.is_file():
+            raise UserError(
+                f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of "
+                "a run of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+            )
+        else:
+            refuse_finished_run(run_dir, completed_epochs(read_checkpoint(last)), config.max_epochs)
     else:
         run_dir = new_run_dir(config.output_dir)
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     return run_dir, resuming
+
+
+def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
+    """A resumed run must have something left to do, and its record must not claim fewer epochs than it trained."""
+    if max_epochs is None or max_epochs < 0:
+        return
+    longer = f"{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}"
+    if epochs_done > max_epochs:
+        raise UserError(
+            f"The run in {run_dir} has already trained {epochs_done} epochs, more than --max_epochs {max_epochs}; "
+            f"a resumed run can only train longer, e.g. `{longer}`."
+        )
+    if epochs_done == max_epochs and (run_dir / "metrics.json").is_file():
+        raise UserError(
+            f"The run in {run_dir} has already finished: it trained its {epochs_done} epochs and was tested "
+            f"(metrics.json). To train it longer, resume with a larger --max_epochs, e.g. `{longer}`; to test it "
+            f"again, python scripts/evaluate.py --ckpt_path {run_dir / 'checkpoints' / 'last.ckpt'}."
+        )
 
 
 def resume_hint(run_dir: Path) -> str:
@@ -233,10 +277,10 @@ def as_list(value: Any) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def build_logger(config: Namespace, run_dir: Path) -> Logger | list[Logger] | bool:
+def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Logger | list[Logger] | bool:
     if config.logger in ("csv", None, True):
         # <run_dir>/logs/metrics.csv; a resumed run logs to logs/resume-N/ rather than overwrite it.
-        version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if config.ckpt_path == "last" else ""
+        version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
         return CSVLogger(run_dir, name="logs", version=version)
     if config.logger == "tensorboard":
         if not (importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")):
@@ -245,9 +289,9 @@ def build_logger(config: Namespace, run_dir: Path) -> Logger | list[Logger] | bo
     return config.logger  # False, or Logger objects built from class paths
 
 
-def build_trainer(config: Namespace, run_dir: Path, resume_hint: str) -> Trainer:
-    logger = build_logger(config, run_dir)
-    callbacks = [*as_list(config.callbacks), EpochHistory()]
+def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: bool = False) -> Trainer:
+    logger = build_logger(config, run_dir, resuming)
+    callbacks = [*as_list(config.callbacks), EpochHistory(), ScheduleLength()]
     if logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if config.enable_checkpointing is not False:

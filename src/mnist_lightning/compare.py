@@ -1,12 +1,15 @@
-"""Lightning template vs plain-PyTorch reference: same seed, data, batch size, epochs and device, side by side.
+"""The three rungs side by side: plain PyTorch, Fabric and the Trainer, same seed, data, flags and device.
 
-Each run is a fresh process (``python -m mnist_lightning.train`` / ``python -m mnist_lightning.plain_pytorch``),
-so wall time and peak memory are whole-process figures. Runs alternate (Lightning, plain, plain, Lightning,
-...) so that a machine getting busier or quieter affects both sides alike. Times are best-of-repeats (the
-``timeit`` convention: interference only adds time) of each run's median epoch, epoch 0 (warm-up) excluded.
+Each run is a fresh process (``python -m mnist_lightning.plain_pytorch`` / ``.train_fabric`` / ``.train``), so
+wall time and peak memory are whole-process figures. Runs alternate (plain, Fabric, Trainer, then Trainer,
+Fabric, plain, ...) so that a machine getting busier or quieter affects every rung alike. Times are the best
+of the repeats (the ``timeit`` convention: interference only adds time) of each run's median epoch, epoch 0
+(warm-up, compilation) excluded. Parity is read from what each run leaves behind: the per-epoch losses in its
+``metrics.json`` and the final weights in its last checkpoint.
 """
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -14,115 +17,184 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from .errors import UserError, run_main
 from .records import new_run_dir, write_json
 
-SIDES = {"lightning": "mnist_lightning.train", "plain": "mnist_lightning.plain_pytorch"}
+RUNGS = {
+    "plain": "mnist_lightning.plain_pytorch",
+    "fabric": "mnist_lightning.train_fabric",
+    "trainer": "mnist_lightning.train",
+}
+NAMES = {"plain": "plain PyTorch", "fabric": "Fabric", "trainer": "Trainer"}
 DEVICE_FOR_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "auto": "auto"}
+# Flags every rung takes under the same name and meaning; None means "the rung's own default".
+SHARED = ("data_dir", "dataset", "batch_size", "max_epochs", "val_size", "optimizer", "lr", "momentum")
+SHARED += ("weight_decay", "lr_schedule", "pipeline", "num_workers", "seed")
+LOSSES = ("train/loss", "val/loss")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compare.py", description=__doc__.splitlines()[0])
     parser.add_argument("--accelerator", choices=sorted(DEVICE_FOR_ACCELERATOR), default="cpu")
+    parser.add_argument("--rungs", nargs="+", choices=list(RUNGS), default=list(RUNGS), help="default: all three")
     parser.add_argument("--data_dir", default="data")
-    parser.add_argument("--batch_size", type=int, default=None, help="default: the template's")
-    parser.add_argument("--max_epochs", type=int, default=None, help="default: the template's")
-    parser.add_argument("--val_size", type=int, default=None, help="default: the template's")
-    parser.add_argument("--pipeline", choices=["tensor", "per_sample"], default="tensor")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each side, alternated")
+    for name in SHARED[1:]:
+        kind = {"batch_size": int, "max_epochs": int, "val_size": int, "num_workers": int, "seed": int}.get(name, str)
+        kind = float if name in ("lr", "momentum", "weight_decay") else kind
+        parser.add_argument(f"--{name}", type=kind, default=None, help="default: the rungs' own")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each rung, alternated (default: 1)")
     parser.add_argument(
         "--deterministic",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="deterministic algorithms on both sides (default: on)",
+        help="deterministic algorithms on every rung (default: on)",
     )
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile")
     parser.add_argument("--output_dir", default=None, help="default: a new folder under runs/")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     return parser
 
 
-def side_flags(args: argparse.Namespace, side: str) -> list[str]:
-    flags = ["--data_dir", args.data_dir, "--seed", str(args.seed), "--pipeline", args.pipeline]
-    for name in ("batch_size", "max_epochs", "val_size"):
-        if getattr(args, name) is not None:
-            flags += [f"--{name}", str(getattr(args, name))]
-    if side == "lightning":
-        return [*flags, "--accelerator", args.accelerator, "--devices", "1", "--deterministic", str(args.deterministic)]
-    return [*flags, "--device", DEVICE_FOR_ACCELERATOR[args.accelerator]] + (["--deterministic"] * args.deterministic)
+def rung_flags(args: argparse.Namespace, rung: str) -> list[str]:
+    """The command line of one rung: the shared flags, then its own way of naming the device."""
+    flags = [f"--{name}={getattr(args, name)}" for name in SHARED if getattr(args, name) is not None]
+    flags += [f"--deterministic={str(args.deterministic).lower()}", f"--compile={str(args.compile).lower()}"]
+    if rung == "plain":
+        return [*flags, "--device", DEVICE_FOR_ACCELERATOR[args.accelerator]]
+    flags += ["--accelerator", args.accelerator, "--devices", "1"]
+    return flags + (["--enable_progress_bar=false"] if rung == "trainer" else [])
 
 
-def run_side(side: str, flags: list[str], output_dir: Path) -> dict:
+def run_rung(rung: str, flags: list[str], output_dir: Path) -> dict:
+    """One run in a fresh process: its metrics.json, plus the process's wall time and its final weights."""
+    command = [sys.executable, "-m", RUNGS[rung], *flags, "--output_dir", str(output_dir)]
     start = time.perf_counter()
-    command = [sys.executable, "-m", SIDES[side], *flags, "--output_dir", str(output_dir)]
     result = subprocess.run(command, capture_output=True, text=True)
     wall_seconds = time.perf_counter() - start
     if result.returncode != 0:
-        raise UserError(f"The {side} run failed ({' '.join(command)}): {result.stderr.strip()[-2000:]}", exit_code=1)
+        message = (result.stderr.strip() or result.stdout.strip())[-2000:]
+        raise UserError(f"The {NAMES[rung]} run failed ({' '.join(command)}): {message}", exit_code=1)
     metrics = json.loads((output_dir / "metrics.json").read_text())
-    return metrics | {"wall_seconds": wall_seconds}
+    return metrics | {"wall_seconds": wall_seconds, "weights_file": str(last_checkpoint(rung, output_dir))}
+
+
+def last_checkpoint(rung: str, output_dir: Path) -> Path:
+    return output_dir / "checkpoints" / ("last.ckpt" if rung == "trainer" else "last.pt")
+
+
+def final_weights(rung: str, path: str | Path) -> dict:
+    """The network's weights at the end of training, named as in ``SimpleNN().state_dict()``."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if rung == "trainer":  # a Lightning checkpoint: the LightningModule's state, the network under "net."
+        return {key.removeprefix("net."): value for key, value in checkpoint["state_dict"].items() if key[:4] == "net."}
+    return checkpoint["model"]
+
+
+def differences(left: dict, right: dict, left_rung: str, right_rung: str) -> dict:
+    """The largest absolute differences between two runs: final weights, and per-epoch losses."""
+    weights = final_weights(left_rung, left["weights_file"]), final_weights(right_rung, right["weights_file"])
+    if weights[0].keys() != weights[1].keys():
+        raise UserError(f"The runs saved different networks: {sorted(weights[0])} vs {sorted(weights[1])}.", 1)
+    weight_gap = max((a - weights[1][k]).abs().max().item() for k, a in weights[0].items())
+    losses = [[row[name] for row in run["history"] for name in LOSSES] for run in (left, right)]
+    loss_gap = max((abs(a - b) for a, b in zip(*losses, strict=True)), default=0.0)
+    test_gap = max(abs(left[name] - right[name]) for name in ("test/loss", "test/acc"))
+    return {
+        "weights_equal": all(torch.equal(a, weights[1][k]) for k, a in weights[0].items()),
+        "losses_equal": losses[0] == losses[1] and test_gap == 0,
+        "max_weight_difference": weight_gap,
+        "max_loss_difference": loss_gap,
+        "max_test_difference": test_gap,
+    }
 
 
 def summarize(runs: list[dict]) -> dict:
-    # Epoch 0 carries one-off warm-up (first allocations, lazy initialization); later epochs are the steady state.
-    # Each run's median epoch, then the best run: on a shared machine, interference only ever adds time.
+    # Epoch 0 carries one-off warm-up (first allocations, lazy initialization, compilation).
     epoch_seconds = [statistics.median(row["seconds"] for row in run["history"][1:] or run["history"]) for run in runs]
     peaks = [run["peak_gpu_mb"] for run in runs if run.get("peak_gpu_mb") is not None]
     return {
         "test/acc": runs[0]["test/acc"],
+        "test/loss": runs[0]["test/loss"],
         "train/loss": [row["train/loss"] for row in runs[0]["history"]],
+        "val/loss": [row["val/loss"] for row in runs[0]["history"]],
         "epoch_seconds": min(epoch_seconds),
+        "first_epoch_seconds": min(run["history"][0]["seconds"] for run in runs),
         "wall_seconds": min(run["wall_seconds"] for run in runs),
         "peak_host_mb": max(run["peak_host_mb"] for run in runs),
         "peak_gpu_mb": max(peaks) if peaks else None,
         "accelerator": runs[0]["accelerator"],
         "batch_size": runs[0]["batch_size"],
         "epochs": runs[0]["epochs"],
+        "weights_file": runs[0]["weights_file"],
     }
 
 
 def compare(args: argparse.Namespace) -> dict:
+    rungs = list(dict.fromkeys(args.rungs))
     output_dir = new_run_dir(args.output_dir)
-    runs: dict[str, list[dict]] = {"lightning": [], "plain": []}
+    runs: dict[str, list[dict]] = {rung: [] for rung in rungs}
     for repeat in range(args.repeats):
-        order = ("lightning", "plain") if repeat % 2 == 0 else ("plain", "lightning")
-        for side in order:
-            runs[side].append(run_side(side, side_flags(args, side), output_dir / f"{side}_{repeat}"))
-    result = {side: summarize(side_runs) for side, side_runs in runs.items()}
-    lightning, plain = result["lightning"], result["plain"]
-    result["epoch_time_ratio"] = lightning["epoch_seconds"] / plain["epoch_seconds"]
-    result["max_train_loss_difference"] = max(
-        abs(a - b) for a, b in zip(lightning["train/loss"], plain["train/loss"], strict=True)
-    )
+        for rung in rungs if repeat % 2 == 0 else reversed(rungs):
+            runs[rung].append(run_rung(rung, rung_flags(args, rung), output_dir / f"{rung}_{repeat}"))
+    result: dict = {"rungs": {rung: summarize(rung_runs) for rung, rung_runs in runs.items()}}
+    first = {rung: rung_runs[0] for rung, rung_runs in runs.items()}
+    result["parity"] = {
+        f"{left} vs {right}": differences(first[left], first[right], left, right)
+        for left, right in itertools.combinations(rungs, 2)
+    }
+    if "plain" in rungs:
+        plain = result["rungs"]["plain"]
+        result["ratios_to_plain"] = {
+            rung: {
+                "epoch": summary["epoch_seconds"] / plain["epoch_seconds"],
+                "wall": summary["wall_seconds"] / plain["wall_seconds"],
+            }
+            for rung, summary in result["rungs"].items()
+            if rung != "plain"
+        }
     result["settings"] = {**vars(args), "output_dir": str(output_dir)}
     write_json(output_dir / "compare.json", result)
     return result
 
 
 def format_table(result: dict) -> str:
-    lightning, plain = result["lightning"], result["plain"]
+    rungs = result["rungs"]
 
-    def row(label: str, left: str, right: str) -> str:
-        return f"{label:<24}{left:>14}{right:>16}"
+    def row(label: str, values: list[str]) -> str:
+        return f"{label:<26}" + "".join(f"{value:>16}" for value in values)
 
-    def mb(value: float | None) -> str:
-        return "-" if value is None else f"{value:.0f}"
+    def each(key: str, form: str) -> list[str]:
+        return ["-" if summary[key] is None else format(summary[key], form) for summary in rungs.values()]
 
+    ratios = result.get("ratios_to_plain", {})
     lines = [
-        row("", "Lightning", "plain PyTorch"),
-        row("test accuracy", f"{100 * lightning['test/acc']:.2f} %", f"{100 * plain['test/acc']:.2f} %"),
-        row("epoch (s)", f"{lightning['epoch_seconds']:.3f}", f"{plain['epoch_seconds']:.3f}"),
-        row("wall, with imports (s)", f"{lightning['wall_seconds']:.1f}", f"{plain['wall_seconds']:.1f}"),
-        row("peak host memory (MB)", mb(lightning["peak_host_mb"]), mb(plain["peak_host_mb"])),
-        row("peak GPU memory (MB)", mb(lightning["peak_gpu_mb"]), mb(plain["peak_gpu_mb"])),
+        row("", [NAMES[rung] for rung in rungs]),
+        row("test accuracy (%)", [f"{100 * summary['test/acc']:.2f}" for summary in rungs.values()]),
+        row("epoch (s), median", each("epoch_seconds", ".3f")),
+        row("  / plain", [f"{ratios[r]['epoch']:.2f}x" if r in ratios else "1.00x" for r in rungs]),
+        row("whole process (s)", each("wall_seconds", ".2f")),
+        row("  / plain", [f"{ratios[r]['wall']:.2f}x" if r in ratios else "1.00x" for r in rungs]),
+        row("peak host memory (MB)", each("peak_host_mb", ".0f")),
+        row("peak GPU memory (MB)", each("peak_gpu_mb", ".0f")),
         "train/loss per epoch:",
     ]
-    for epoch, (ours, theirs) in enumerate(zip(lightning["train/loss"], plain["train/loss"], strict=True)):
-        lines.append(row(f"  epoch {epoch}", f"{ours:.6f}", f"{theirs:.6f}"))
+    for epoch, losses in enumerate(zip(*(summary["train/loss"] for summary in rungs.values()), strict=True)):
+        lines.append(row(f"  epoch {epoch}", [f"{loss:.9f}" for loss in losses]))
+    lines.append("\nlargest absolute difference     final weights   per-epoch loss   test loss/acc")
+    for pair, gap in result["parity"].items():
+        verdict = "bit-identical" if gap["weights_equal"] and gap["losses_equal"] else "differ"
+        left, right = pair.split(" vs ")
+        lines.append(
+            f"  {NAMES[left] + ' vs ' + NAMES[right]:<28}{gap['max_weight_difference']:>15.1e}"
+            f"{gap['max_loss_difference']:>17.1e}{gap['max_test_difference']:>16.1e}   {verdict}"
+        )
+    first = next(iter(rungs.values()))
     lines.append(
-        f"\nLightning/plain epoch time: {result['epoch_time_ratio']:.2f}x "
-        f"({lightning['accelerator']}, batch {lightning['batch_size']}, {lightning['epochs']} epochs); "
-        f"largest train/loss difference: {result['max_train_loss_difference']:.1e}"
+        f"\n{first['accelerator']}, batch {first['batch_size']}, {first['epochs']} epochs, "
+        f"best of {result['settings']['repeats']} alternated run(s); "
+        f"JSON: {result['settings']['output_dir']}/compare.json"
     )
     return "\n".join(lines)
 
@@ -133,3 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2) if result["settings"]["json"] else format_table(result))
 
     return run_main(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

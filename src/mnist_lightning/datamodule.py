@@ -53,9 +53,12 @@ class MNISTDataModule(LightningDataModule):
         self.mean, self.std = DATASETS[dataset].mean, DATASETS[dataset].std
         self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.split_indices: dict[str, torch.Tensor] = {}
+        self.verified = False  # whether prepare_data has checked the files
 
     def prepare_data(self) -> None:
-        download(self.hparams.data_dir, self.hparams.dataset)
+        if not self.verified:  # train.py checks the files before building the Trainer; once is enough
+            download(self.hparams.data_dir, self.hparams.dataset)
+            self.verified = True
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from .workarounds import apply_workarounds
 
 USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
+INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIGINT)
 
 
 class UserError(Exception):
@@ -35,4 +36,7 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
     except (UserError, *user_errors) as error:
         print_error(str(error))
         return getattr(error, "exit_code", USAGE_ERROR)
+    except KeyboardInterrupt:  # Ctrl-C outside training (start-up, testing): nothing to save there
+        print("\nInterrupted.", file=sys.stderr)
+        return INTERRUPTED
     return 0

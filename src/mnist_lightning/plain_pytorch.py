@@ -2,8 +2,9 @@
 
 This is how most PyTorch code is written (compare pytorch/examples, mnist/main.py): a ``torch.device``,
 ``model.to(device)``, batches copied with ``.to(device)``, ``.item()`` to read a number back, a
-``torch.cuda.synchronize()`` before reading a clock. Each such line is marked DEVICE. Fabric (train_fabric.py)
-keeps this very loop and replaces those lines; the Trainer (train.py) replaces the loop too. With the same seed
+``torch.cuda.synchronize()`` before reading a clock, files written by the one process there is. Each line that
+Fabric (train_fabric.py) takes over is marked DEVICE; Fabric keeps everything else, the loop included. The
+Trainer (train.py) takes over the loop too. With the same seed
 and flags, all three train on the same batches in the same order with the same arithmetic, and end with the
 same weights: `python scripts/compare.py` runs the three side by side.
 """
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms
 
 from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
-from .devices import why_no_cuda
+from .devices import why_no_cuda  # DEVICE:
 from .errors import UserError, run_main
 from .model import SimpleNN
 from .optim import build_optimizer, build_schedule
@@ -145,7 +146,7 @@ def train_epoch(model, loader, optimizer, schedule, device: torch.device) -> flo
         images, labels = images.to(device), labels.to(device)  # DEVICE: a no-op if already there
         losses = F.cross_entropy(model(images), labels, reduction="none")  # per sample, for the epoch mean
         optimizer.zero_grad()
-        losses.mean().backward()
+        losses.mean().backward()  # DEVICE: 16-bit mixed precision would scale the loss here
         optimizer.step()
         schedule.step()
         loss_sum += losses.detach().sum()
@@ -171,7 +172,7 @@ def evaluate(model, loader, device: torch.device) -> tuple[float, float]:  # DEV
 
 def train(args: argparse.Namespace) -> dict:
     device = choose_device(args.device)  # DEVICE:
-    output_dir = new_run_dir(args.output_dir)
+    output_dir = new_run_dir(args.output_dir)  # DEVICE: under DDP, each process would choose its own
     seed_everything(args.seed, args.deterministic)
     model = SimpleNN()  # built right after seeding: the same initial weights on every rung
     model.to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
@@ -197,9 +198,8 @@ def train(args: argparse.Namespace) -> dict:
             {"epoch": epoch, "seconds": seconds, "train/loss": train_loss, "val/loss": val_loss, "val/acc": val_acc}
         )
         line = f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}"
-        line += f", {seconds:.2f} s"
-        print(line)
-        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+        print(f"{line}, {seconds:.2f} s")  # DEVICE: under DDP, every process would print
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}  # DEVICE:
         checkpoints.mkdir(parents=True, exist_ok=True)
         torch.save(state, checkpoints / "last.pt")  # DEVICE:
         if val_acc > best_val_acc:  # the best epoch's weights are the ones tested, as on the other rungs
@@ -225,9 +225,8 @@ def train(args: argparse.Namespace) -> dict:
         seed=args.seed,
     )
     write_json(output_dir / "metrics.json", metrics)
-    # DEVICE: the device is the script's own to report
-    line = f"\nTest accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f}) on {device}; run folder: {output_dir}"
-    print(line)
+    line = f"\nTest accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f})"
+    print(f"{line} on {device}; run folder: {output_dir}")  # DEVICE:
     return metrics
 
 

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import sys
 import tempfile
 from datetime import datetime
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
 
 
 class OutputDirError(Exception):
@@ -29,12 +32,33 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
         output_dir = next(path for path in candidates if not path.exists())
     output_dir = Path(output_dir)
     check_writable(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()):
+    if output_dir.exists() and any(output_dir.iterdir()) and not clear_unstarted_run(output_dir):
+        resume = ""
+        if (output_dir / "checkpoints" / "last.ckpt").is_file():
+            resume = " To continue the run there, add --ckpt_path last (with the same --output_dir)."
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
+            + resume
         )
     return output_dir
+
+
+# What a run leaves in its folder before its first checkpoint: the record, logs, an empty checkpoints/ (perhaps
+# with the temporary file of a write that a kill interrupted).
+UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard"}
+
+
+def clear_unstarted_run(folder: Path) -> bool:
+    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves behind (so the same
+    command, or its resume, can start it over) and say whether it did. Anything else is left alone."""
+    if not (folder / RUN_RECORD).is_file() or any(path.name not in UNSTARTED_RUN_ENTRIES for path in folder.iterdir()):
+        return False
+    if any(path.suffix == ".ckpt" for path in (folder / "checkpoints").glob("*")):
+        return False
+    for path in folder.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return True
 
 
 def check_writable(folder: Path) -> None:

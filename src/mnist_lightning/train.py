@@ -9,14 +9,15 @@ import os
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .callbacks import EpochHistory
-from .cli import USER_ERRORS, build_training, parse_args
+from .checkpoints import LastCheckpoint
+from .cli import USER_ERRORS, Training, build_training, parse_args
 from .datamodule import MNISTDataModule
 from .errors import run_main
 from .lightning_module import MNISTClassifier
@@ -31,9 +32,13 @@ def train(
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
-    # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    fit_seconds = time.perf_counter() - start
+    with warnings.catch_warnings():
+        # A resumed run's checkpoints/ holds its own earlier checkpoints by design.
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    # The whole run's fit time: a resumed run adds this segment to the earlier ones' (kept in its checkpoints).
+    fit_seconds = history.fit_seconds() if history else time.perf_counter() - start
     epochs = list(history.rows) if history else []  # before testing: loading a checkpoint restores callbacks too
     # Test the weights that did best on validation, not merely the last ones.
     best = trainer.checkpoint_callback
@@ -80,15 +85,27 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    built: list[Training] = []
+    # Until training starts (LastCheckpoint then takes the signal over), SIGTERM stops at once, through the
+    # clean-up below, instead of killing the process with a half-made run folder.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
     def run() -> None:
-        training = build_training(parse_args(argv))
-        with training.removed_if_failed():
-            train(training.trainer, training.model, training.datamodule, training.ckpt_path)
+        built.append(build_training(parse_args(argv)))
+        with built[0].removed_if_failed():
+            train(built[0].trainer, built[0].model, built[0].datamodule, built[0].ckpt_path)
 
     try:
         return run_main(run, USER_ERRORS)
-    except SIGTERMException:
-        return 128 + signal.SIGTERM  # the shell's convention for "ended by SIGTERM"; progress was saved
+    except SystemExit as stop:  # Ctrl-C or SIGTERM: LastCheckpoint saved progress and printed the resume command
+        last = next((c for c in built[0].trainer.callbacks if isinstance(c, LastCheckpoint)), None) if built else None
+        if last is not None and last.stop_signal is not None:
+            return 128 + last.stop_signal  # the shell's convention for "ended by this signal": 130 or 143
+        if stop.code != 128 + signal.SIGTERM:
+            raise
+        if last is None or not last.reported:
+            print("\nStopped by SIGTERM before training started; nothing was saved.", file=sys.stderr)
+        return stop.code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,12 @@
+#!/usr/bin/env python
+"""The Fabric rung, the plain loop with Fabric doing the device work: `python scripts/train_fabric.py --accelerator gpu`.
+
+Same model, data, split, defaults, seed and flags as scripts/train_pytorch.py; see src/mnist_lightning/train_fabric.py.
+"""
+
+import sys
+
+from mnist_lightning.train_fabric import main
+
+if __name__ == "__main__":
+    sys.exit(main())

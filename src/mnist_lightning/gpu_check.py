@@ -1,0 +1,250 @@
+"""One command for everything that needs an NVIDIA GPU; writes benchmarks/results/gpu_check_<mode>.json and .md.
+
+    python scripts/gpu_check.py --data_dir data          # on a machine with a CUDA GPU (make gpu-check)
+    python scripts/gpu_check.py --cpu --data_dir data    # anywhere: the same steps on the CPU (make gpu-check-cpu)
+
+Each step is a fresh process: the devices report; train.py on one GPU in 32-true, 16-mixed and bf16-mixed
+precision; the Fabric and plain-PyTorch rungs; compare.py (the three rungs' parity on the device); the tests
+marked gpu; evaluate, predict and export on a GPU-trained checkpoint. With --cpu the same code paths run on the
+CPU, and what needs CUDA (16-bit mixed precision, the gpu tests) is reported as skipped, with the reason.
+"""
+
+import argparse
+import json
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .data import download, raw_folder
+from .devices import why_no_cuda
+from .errors import UserError, run_main
+from .records import write_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default="data")
+    parser.add_argument("--cpu", action="store_true", help="run every step on the CPU; skip what needs CUDA")
+    parser.add_argument("--max_epochs", type=int, default=3, help="epochs of each training run (default: 3)")
+    parser.add_argument("--batch_size", type=int, default=None, help="default: the template's")
+    parser.add_argument("--val_size", type=int, default=None, help="default: the template's")
+    parser.add_argument("--min_acc", type=float, default=0.85, help="lowest test accuracy that counts as trained")
+    parser.add_argument("--results_dir", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per step")
+    return parser
+
+
+class Check:
+    """Runs the steps, each in its own process, and keeps one record per step."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work, self.steps = args, work, []
+        self.gpu = not args.cpu
+        self.accelerator = "gpu" if self.gpu else "cpu"
+
+    def run(self, name: str, command: list[str], check=None) -> dict:
+        """Run ``command``; ``check(output)`` returns a note, or raises AssertionError to fail the step."""
+        start = time.perf_counter()
+        try:
+            result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=self.args.timeout)
+            output, code = result.stdout + result.stderr, result.returncode
+        except subprocess.TimeoutExpired as error:
+            output, code = f"{error.stdout or ''}{error.stderr or ''}\ntimed out after {self.args.timeout} s", -1
+        step = {"step": name, "command": " ".join(command[1:] if command[0] == sys.executable else command)}
+        step |= {"seconds": round(time.perf_counter() - start, 1), "exit_code": code}
+        try:
+            if code != 0:
+                raise AssertionError(f"exit code {code}")
+            step |= {"status": "ok", "note": check(output) if check else ""}
+        except (AssertionError, KeyError, ValueError, OSError) as error:
+            step |= {"status": "failed", "note": str(error), "output_tail": output[-3000:]}
+        print(f"{step['status']:>7}  {name}  ({step['seconds']} s)  {step['note']}", flush=True)
+        self.steps.append(step)
+        return step
+
+    def skip(self, name: str, reason: str) -> None:
+        print(f"skipped  {name}  ({reason})", flush=True)
+        self.steps.append({"step": name, "status": "skipped", "note": reason})
+
+    def module(self, name: str, *flags: str) -> list[str]:
+        return [sys.executable, "-m", f"mnist_lightning.{name}", *flags]
+
+    def data_flags(self) -> list[str]:
+        flags = ["--data_dir", self.args.data_dir, "--max_epochs", str(self.args.max_epochs)]
+        for name in ("batch_size", "val_size"):
+            flags += [f"--{name}", str(getattr(self.args, name))] if getattr(self.args, name) is not None else []
+        return flags
+
+    def training_flags(self, run: str) -> list[str]:
+        return [*self.data_flags(), "--output_dir", str(self.work / run)]
+
+    def trained(self, run: str, precision: str | None = None):
+        """A check of a training run's metrics.json: on the right device, in the right precision, trained."""
+
+        def check(output: str) -> str:
+            metrics = json.loads((self.work / run / "metrics.json").read_text())
+            assert metrics["accelerator"] == ("cuda" if self.gpu else "cpu"), f"ran on {metrics['accelerator']}"
+            assert precision is None or metrics["precision"] == precision, f"precision {metrics['precision']}"
+            assert metrics["test/acc"] >= self.args.min_acc, f"test accuracy {metrics['test/acc']:.4f}"
+            epoch = min(row["seconds"] for row in metrics["history"])
+            gpu_mb = metrics.get("peak_gpu_mb")
+            return f"test/acc {metrics['test/acc']:.4f}, fastest epoch {epoch:.3f} s" + (
+                f", peak GPU memory {gpu_mb:.0f} MB" if gpu_mb is not None else ""
+            )
+
+        return check
+
+
+def precisions(gpu: bool) -> dict[str, str | None]:
+    """Each precision to try, with the reason it is skipped here (None: run it)."""
+    if not gpu:
+        return {"32-true": None, "16-mixed": "16-bit mixed precision needs CUDA", "bf16-mixed": None}
+    bf16 = None if torch.cuda.is_bf16_supported() else "this GPU has no bfloat16 support"
+    return {"32-true": None, "16-mixed": None, "bf16-mixed": bf16}
+
+
+def test_images(data_dir: str) -> Path:
+    raw = raw_folder(data_dir)
+    return next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file())
+
+
+def pytest_summary(output: str) -> str:
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    counts = dict((word, int(n)) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error|errors)", summary))
+    assert not counts.get("failed") and not counts.get("error") and not counts.get("errors"), summary
+    return summary.strip("= ")
+
+
+def parity(compare_dir: Path) -> str:
+    result = json.loads((compare_dir / "compare.json").read_text())
+    gaps = result["parity"]
+    same = all(gap["weights_equal"] and gap["losses_equal"] for gap in gaps.values())
+    worst = max(gap["max_weight_difference"] for gap in gaps.values())
+    ratios = ", ".join(f"{rung} {ratio['epoch']:.2f}x" for rung, ratio in result["ratios_to_plain"].items())
+    verdict = "bit-identical" if same else f"NOT bit-identical: largest weight difference {worst:.1e}"
+    return f"{verdict}; epoch time / plain: {ratios}"
+
+
+def use_checkpoint(check: Check, ckpt: str, data_dir: str) -> None:
+    """evaluate, predict and export on the checkpoint of the 32-true training run."""
+    work, acc = check.work, check.accelerator
+
+    def evaluated(output: str) -> str:
+        return f"test/acc {json.loads((work / 'evaluate' / 'metrics.json').read_text())['test/acc']:.4f}"
+
+    def predicted(output: str) -> str:
+        rows = (work / "predictions.csv").read_text().splitlines()
+        assert len(rows) > 1, "no predictions written"
+        return f"{len(rows) - 1} images predicted"
+
+    def exported(output: str) -> str:
+        return ", ".join(sorted(path.name for path in (work / "export").iterdir()))
+
+    flags = ["--ckpt_path", ckpt, "--accelerator", acc]
+    check.run(
+        f"evaluate.py --accelerator {acc}",
+        check.module("evaluate", *flags, "--output_dir", str(work / "evaluate")),
+        evaluated,
+    )
+    predict = check.module("predict", str(test_images(data_dir)), *flags, "--output", str(work / "predictions.csv"))
+    check.run(f"predict.py --accelerator {acc}", predict, predicted)
+    check.run("export.py", check.module("export", "--ckpt_path", ckpt, "--output_dir", str(work / "export")), exported)
+
+
+def gpu_check(args: argparse.Namespace) -> dict:
+    if not args.cpu and not torch.cuda.is_available():
+        raise UserError(
+            f"No CUDA GPU can be used here: {why_no_cuda()}. Run `python scripts/gpu_check.py --cpu` (make "
+            "gpu-check-cpu) to run the same steps on the CPU, or run this on a machine with an NVIDIA GPU."
+        )
+    args.data_dir = str(Path(args.data_dir).resolve())  # the steps run in the repository's root folder
+    download(args.data_dir)  # once, up front: every step reads the same files
+    mode = "cpu" if args.cpu else "gpu"
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        check = Check(args, Path(tmp))
+        acc = check.accelerator
+        check.run("devices.py", check.module("devices"), lambda out: out.strip().splitlines()[-1])
+        for precision, reason in precisions(check.gpu).items():
+            name = f"train.py --accelerator {acc} --devices 1 --precision {precision}"
+            if reason:
+                check.skip(name, reason)
+                continue
+            run = f"train_{precision}"
+            flags = [*check.training_flags(run), "--accelerator", acc, "--devices", "1", "--precision", precision]
+            check.run(
+                name, check.module("train", *flags, "--enable_progress_bar", "false"), check.trained(run, precision)
+            )
+        for precision in ("32-true", "16-mixed" if check.gpu else "bf16-mixed"):
+            run = f"fabric_{precision}"
+            flags = [*check.training_flags(run), "--accelerator", acc, "--devices", "1", "--precision", precision]
+            name = f"train_fabric.py --accelerator {acc} --devices 1 --precision {precision}"
+            check.run(name, check.module("train_fabric", *flags), check.trained(run, precision))
+        device = "cuda" if check.gpu else "cpu"
+        flags = [*check.training_flags("plain"), "--device", device]
+        check.run(f"train_pytorch.py --device {device}", check.module("plain_pytorch", *flags), check.trained("plain"))
+        flags = ["--accelerator", acc, *check.data_flags()]
+        compare = check.module("compare", *flags, "--output_dir", str(check.work / "compare"))
+        check.run(f"compare.py --accelerator {acc}", compare, lambda output: parity(check.work / "compare"))
+        if (ROOT / "tests").is_dir():
+            pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
+            name = "pytest -m gpu" + ("" if check.gpu else " (collected; each test skips without CUDA)")
+            check.run(name, pytest, pytest_summary)
+        else:
+            check.skip("pytest -m gpu", "tests/ is not here (an installed package, not a checkout)")
+        checkpoints = sorted((check.work / "train_32-true" / "checkpoints").glob("best-*.ckpt"))
+        if checkpoints:
+            use_checkpoint(check, str(checkpoints[0]), args.data_dir)
+        else:
+            check.skip("evaluate / predict / export", "no checkpoint: the 32-true training run failed")
+    failed = [step["step"] for step in check.steps if step["status"] == "failed"]
+    results = {
+        "mode": mode,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name() if check.gpu else None,
+        },
+        "settings": vars(args),
+        "steps": check.steps,
+        "failed": failed,
+    }
+    results_dir = Path(args.results_dir)
+    write_json(results_dir / f"gpu_check_{mode}.json", results)
+    (results_dir / f"gpu_check_{mode}.md").write_text(markdown(results))
+    done = len(check.steps) - len(failed)
+    print(f"\n{done} of {len(check.steps)} steps ok or skipped; {results_dir}/gpu_check_{mode}.json")
+    if failed:
+        raise UserError(f"{len(failed)} step(s) failed: {'; '.join(failed)}. See gpu_check_{mode}.json.", exit_code=1)
+    return results
+
+
+def markdown(results: dict) -> str:
+    machine = results["machine"]
+    lines = [
+        f"# GPU check ({results['mode']} mode)\n",
+        f"{machine['gpu'] or 'no GPU (CPU mode)'}; torch {machine['torch']} (CUDA {machine['cuda']}), "
+        f"Python {machine['python']}, {machine['platform']}\n",
+        "| step | status | seconds | result |",
+        "|---|---|---|---|",
+    ]
+    for step in results["steps"]:
+        lines.append(f"| `{step['step']}` | {step['status']} | {step.get('seconds', '-')} | {step['note']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(lambda: gpu_check(build_parser().parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Resuming from the run record: what may change is applied, anything else is refused before training with
+the differences listed, and the records say what was used."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from helpers import FAKE_VAL, one_line
+from test_data_integrity import fake_data_with_sums
+
+from mnist_lightning.train import main
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return fake_data_with_sums(tmp_path_factory.mktemp("data"))
+
+
+def flags(data, run, *more) -> list[str]:
+    tiny = ["--val_size", str(FAKE_VAL), "--batch_size", "100", "--quiet", "true", "--max_epochs", "2"]
+    return ["--data_dir", str(data), "--output_dir", str(run), *tiny, *more]
+
+
+def resume(run, *more) -> int:
+    return main(["--output_dir", str(run), "--ckpt_path", "last", *more])
+
+
+@pytest.fixture(scope="module")
+def finished(data, tmp_path_factory):
+    run = tmp_path_factory.mktemp("finished") / "run"
+    assert main(flags(data, run)) == 0
+    return run
+
+
+@pytest.mark.parametrize(
+    ("changes", "listed"),
+    [(["--lr", "0.5"], "--lr 0.02 -> 0.5"), (["--batch_size", "10", "--seed", "3"], "--batch_size 100 -> 10")],
+)
+def test_other_options_on_resume_are_refused_with_the_differences(finished, tmp_path, capsys, changes, listed):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    (run / "metrics.json").unlink()  # as if it had been stopped before testing
+    before = (run / "checkpoints" / "last.ckpt").read_bytes()
+    assert resume(run, *changes) == 2
+    message = one_line(capsys.readouterr().err)
+    assert listed in message and "max_epochs" in message and "Traceback" not in message
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == before  # nothing trained, nothing rewritten
+    assert not list(run.glob("logs/resume-*"))
+
+
+def test_resuming_a_finished_run_says_so_and_how_to_train_longer(finished, capsys):
+    before = (finished / "metrics.json").read_text()
+    assert resume(finished) == 2
+    message = one_line(capsys.readouterr().err)
+    assert "has already finished" in message and "--max_epochs 4" in message
+    assert (finished / "metrics.json").read_text() == before
+
+
+def test_a_longer_max_epochs_extends_the_cosine_schedule(finished, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    assert resume(run, "--max_epochs", "4") == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["epochs"] == 4 and [row["epoch"] for row in metrics["history"]] == [0, 1, 2, 3]
+    assert "max_epochs: 4" in (run / "config.yaml").read_text()  # the record says what was used
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    (schedule,) = last["lr_schedulers"]
+    steps = 4 * 10  # 1,000 training images in batches of 100
+    assert schedule["T_max"] == steps and schedule["last_epoch"] == steps
+    # The learning rate of each resumed step is the cosine of a run planned for 4 epochs; it never climbs back.
+    rates = [line.split(",") for line in (run / "logs" / "resume-1" / "metrics.csv").read_text().splitlines()]
+    column = rates[0].index("lr-Adam")
+    values = [float(row[column]) for row in rates[1:] if row[column]]
+    assert values == sorted(values, reverse=True) and values[0] <= 0.02 * (1 + math.cos(math.pi * 0.5)) / 2 + 1e-9
+
+
+def test_fewer_epochs_than_done_is_refused(finished, capsys):
+    assert resume(finished, "--max_epochs", "1") == 2
+    assert "has already trained 2 epochs" in one_line(capsys.readouterr().err)
+
+
+def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(flags(data, run)) == 0
+    # What kill -9 in the first epoch leaves: the record and the logs, no checkpoint.
+    for path in run.iterdir():
+        if path.name not in ("config.yaml", "logs", "checkpoints"):
+            path.unlink()
+    for path in (run / "checkpoints").iterdir():
+        path.unlink()
+    assert resume(run) == 0  # the README's resume command starts it over from its record
+    assert "holds no checkpoint" in one_line(capsys.readouterr().err)
+    shutil.rmtree(run / "checkpoints")
+    (run / "metrics.json").unlink()
+    for path in run.glob("*.png"):
+        path.unlink()
+    assert main(flags(data, run)) == 0  # and so does the same command again
+
+
+def test_a_folder_with_results_is_not_cleared(finished, capsys):
+    assert main(["--output_dir", str(finished), "--max_epochs", "1"]) == 2
+    message = one_line(capsys.readouterr().err)
+    assert "already holds files" in message and "--ckpt_path last" in message
+
+
+def test_a_diverged_run_stops_with_a_message_and_no_nan_records(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    diverging = ["--optimizer", "sgd", "--lr", "1e38", "--weight_decay", "10", "--lr_schedule", "constant"]
+    code = main(flags(data, run, *diverging))
+    message = one_line(capsys.readouterr().err)
+    assert code == 1 and "Training diverged" in message and "smaller --lr" in message
+    assert not run.exists()  # it diverged in its first epoch: no checkpoint, so no folder is left
