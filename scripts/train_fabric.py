@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The Fabric rung, the plain loop with Fabric doing the device work: `python scripts/train_fabric.py --accelerator gpu`.
+"""The Fabric rung, the plain loop with Fabric doing the device work: `python scripts/train_fabric.py --devices 1`.
 
 Same model, data, split, defaults, seed and flags as scripts/train_pytorch.py; see src/mnist_lightning/train_fabric.py.
 """

@@ -40,8 +40,8 @@ def fake_digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def write_fake_dataset(root: Path, folder: str = "MNIST", declare_sums: bool = True) -> Path:
     """Uncompressed IDX files in ``<root>/<folder>/raw/``, as torchvision leaves them after extraction, with their
-    MD5 sums in ``MD5SUMS`` unless ``declare_sums`` is False (how data of one's own in MNIST's format declares them; see data.SUMS_FILE).
-    ``folder`` is torchvision's class name: MNIST, FashionMNIST or KMNIST."""
+    MD5 sums in ``MD5SUMS`` unless ``declare_sums`` is False (the way data of one's own in MNIST's format declares
+    them; see data.SUMS_FILE). ``folder`` is torchvision's class name: MNIST, FashionMNIST or KMNIST."""
     raw = root / folder / "raw"
     raw.mkdir(parents=True)
     for prefix, count, seed in (("train", FAKE_TRAIN, 0), ("t10k", FAKE_TEST, 1)):
