@@ -8,7 +8,7 @@ pair; writes them as compare.json. See src/mnist_lightning/compare.py.
 
 import sys
 
-from mnist_lightning.compare import main
+from mnist_lightning.errors import run_script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("mnist_lightning.compare"))

@@ -7,7 +7,7 @@ benchmarks/results/gpu_check_gpu.json (or _cpu) and .md. See src/mnist_lightning
 
 import sys
 
-from mnist_lightning.gpu_check import main
+from mnist_lightning.errors import run_script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("mnist_lightning.gpu_check"))

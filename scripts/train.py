@@ -6,7 +6,7 @@
 
 import sys
 
-from mnist_lightning.train import main
+from mnist_lightning.errors import run_script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("mnist_lightning.train"))

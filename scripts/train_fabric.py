@@ -6,7 +6,7 @@ Same model, data, split, defaults, seed and flags as scripts/train_pytorch.py; s
 
 import sys
 
-from mnist_lightning.train_fabric import main
+from mnist_lightning.errors import run_script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("mnist_lightning.train_fabric"))

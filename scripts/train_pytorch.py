@@ -6,7 +6,7 @@ Same model, data, split, defaults and seed as scripts/train.py; see src/mnist_li
 
 import sys
 
-from mnist_lightning.plain_pytorch import main
+from mnist_lightning.errors import run_script
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script("mnist_lightning.plain_pytorch"))

@@ -1,6 +1,7 @@
 """A user's mistake ends in one clear paragraph and a non-zero exit, never a traceback, and writes nothing."""
 
 import gzip
+import os
 
 import pytest
 import torch
@@ -19,7 +20,11 @@ BAD_FLAGS = [
     (["--precision", "12"], 2, ["precision"]),
     (["--batch_size", "0"], 2, ["batch_size", "must be at least 1", "got 0"]),
     (["--lr", "-1"], 2, ["learning rate (lr) must be a positive number", "got -1.0"]),
-    (["--val_size", "70000"], 1, ["val_size must be between 1 and 1199 for this dataset, got 70000"]),
+    (
+        ["--val_size", "70000"],
+        1,
+        ["val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 70000"],
+    ),
     (["--max_epochs", "-5"], 2, ["max_epochs", "non-negative integer or -1"]),
     (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
     (["--config", "missing.yaml"], 2, ["missing.yaml", "does not exist"]),
@@ -53,13 +58,47 @@ def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_co
 
 @pytest.mark.parametrize(
     ("config_text", "phrases"),
-    [("max_epochs: [1,\n", ["line 2"]), ("max_epochs: 2\nbatchsize: 10\n", ["batchsize"])],
-    ids=["malformed", "unknown key"],
+    [
+        ("max_epochs: [1,\n", ["bad.yaml, line 2", "not valid YAML"]),
+        ("max_epochs: 2\nbatchsize: 10\n", ["bad.yaml", "do not exist: batchsize (did you mean batch_size?)"]),
+        ("", ["bad.yaml holds no options", "--print_config"]),
+        ("# max_epochs: 3\n", ["bad.yaml holds no options"]),
+        ("- max_epochs\n- 3\n", ["bad.yaml holds a list"]),
+        ("\xff\xfe", ["bad.yaml is not a text file"]),
+    ],
+    ids=["malformed", "unknown key", "empty", "comments only", "a list", "binary"],
 )
 def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
-    (tmp_path / "bad.yaml").write_text(config_text)
+    (tmp_path / "bad.yaml").write_bytes(config_text.encode("latin-1"))
     code = run(fake_mnist, tmp_path / "run", "--config", str(tmp_path / "bad.yaml"))
     assert_clean_failure(capsys, code, 2, phrases, tmp_path / "run")
+    assert "usage:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--max_epochs", "0"], ["--limit_train_batches", "0"], ["--max_steps", "0"], ["--max_time", "00:00:00:00"]],
+    ids=["max_epochs", "limit_train_batches", "max_steps", "max_time"],
+)
+def test_settings_that_train_nothing_report_no_accuracy(fake_mnist, tmp_path, capsys, flags):
+    code = run(fake_mnist, tmp_path / "run", *flags)
+    captured = capsys.readouterr()
+    assert "Test accuracy" not in captured.out
+    message = one_line(captured.err)
+    assert code == 2 and "no trained model to test" in message and "Traceback" not in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_data_mistake_is_reported_before_lightnings_banners(fake_mnist, tmp_path, capfd):
+    assert run(fake_mnist, tmp_path / "run", "--val_size", "5000", "--quiet", "false") == 1
+    err = capfd.readouterr().err
+    assert err.startswith("Error: val_size must be between 1 and 1199") and "GPU available" not in err
+
+
+def test_more_cpu_processes_than_cores_are_refused(fake_mnist, tmp_path, capsys):
+    flags = ["--accelerator", "cpu", "--devices", str(os.cpu_count() + 1), "--strategy", "ddp"]
+    assert run(fake_mnist, tmp_path / "run", *flags) == 2
+    assert f"this machine has {os.cpu_count()} cores" in one_line(capsys.readouterr().err)
 
 
 def test_missing_mnist_without_network_names_the_folder_and_files(tmp_path, capsys, monkeypatch):

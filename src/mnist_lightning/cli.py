@@ -8,8 +8,10 @@ model or the data module is a new flag with no parser code. (LightningCLI itself
 it.) Each run records the configuration it resolved to in ``<run>/config.yaml``.
 """
 
+import difflib
 import importlib.util
 import inspect
+import itertools
 import logging
 import os
 import re
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
@@ -109,17 +112,90 @@ def build_parser() -> ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> Namespace:
     """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
     parser = build_parser()
+    options = {action.dest.split(".")[0] for action in parser._actions} - {"help", "config", "print_config"}
+    for path in config_paths(argv):
+        check_config_file(Path(path), options)
     try:
         config = parser.parse_args(argv)
         if config.ckpt_path == "last" and config.output_dir and (Path(config.output_dir) / RECORD).is_file():
             record = str(Path(config.output_dir) / RECORD)
             recorded = parser.parse_args(["--config", record])
-            config = parser.parse_args(["--config", record, *(argv if argv is not None else sys.argv[1:])])
+            config = parser.parse_args(["--config", record, *argv])
             refuse_changes(recorded, config)
     except ArgumentError as error:
-        raise UserError(f"{error} Run `python scripts/train.py --help` for every option and its type.") from error
+        raise UserError(
+            f"{explain(error)} Run `python scripts/train.py --help` for every option and its type."
+        ) from error
     return config
+
+
+def config_paths(argv: list[str]) -> list[str]:
+    """The files given to ``--config``, in order."""
+    paths = [value for flag, value in itertools.pairwise(argv) if flag == "--config"]
+    return paths + [arg.removeprefix("--config=") for arg in argv if arg.startswith("--config=")]
+
+
+def check_config_file(path: Path, options: set[str]) -> None:
+    """Read a config file before the parser does, so that each mistake in it is named with the file and line
+    (jsonargparse says "<unicode string>" instead, and only "Unexpected config" for an empty file)."""
+    if not path.is_file():
+        problem = "is a folder" if path.is_dir() else "does not exist"
+        raise UserError(f"The config file {path} {problem}. Pass a YAML file, e.g. --config configs/default.yaml.")
+    try:
+        content = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError as error:
+        raise UserError(f"The config file {path} is not a text file: {error.reason}.") from error
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise UserError(
+            f"The config file {path}{where}, is not valid YAML: {problem}. A config file holds `option: value` "
+            "lines, e.g. `max_epochs: 20`."
+        ) from error
+    example = "`python scripts/train.py --print_config` prints every option as a config file"
+    if content is None:
+        raise UserError(f"The config file {path} holds no options (it is empty, or only comments); {example}.")
+    if not isinstance(content, dict):
+        raise UserError(
+            f"The config file {path} holds a {type(content).__name__}, not `option: value` lines; {example}."
+        )
+    unknown = [str(key) for key in content if key not in options]
+    if unknown:
+        guesses = [
+            f"{key} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, options, 1)) else key
+            for key in unknown
+        ]
+        raise UserError(
+            f"The config file {path} sets options that do not exist: {', '.join(guesses)}. {example[0].upper()}"
+            f"{example[1:]}."
+        )
+
+
+def explain(error: ArgumentError) -> str:
+    """jsonargparse's message about one option, as a sentence about the flag a user typed."""
+    text = " ".join(str(error).split())
+    match = re.match(r'Parser key "([^"]+)": (.*)', text)
+    if not match:
+        return text.rstrip(".") + "."
+    flag, problem = f"--{match[1]}", match[2]
+    if choices := re.search(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
+        valid = ", ".join(choice.strip(" '") for choice in choices[1].split(","))
+        return f"{flag} {choices[2]} is not one of the choices: {valid}."
+    if class_path := re.search(r"Problem with given class_path '([^']+)': (.*?)(?: - Expected a|$)", problem):
+        return (
+            f"{flag} {class_path[1]} cannot be built: {class_path[2].rstrip('. ')}. {flag} takes the class path of a "
+            f"class Python can import (e.g. mnist_lightning.model.SimpleNN), and its arguments as {flag}.NAME VALUE."
+        )
+    names = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
+    if kind := re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", problem):
+        return f"{flag} {kind[2]} is not {names.get(kind[1], kind[1])}."
+    if "Union subtypes" in problem and (given := re.search(r"Given value: (.*)$", problem)):
+        kinds = [names.get(k, k) for k in re.findall(r"Expected a <class '(\w+)'>", problem) if k != "NoneType"]
+        return f"{flag} {given[1]} is not {' or '.join(kinds) or 'a valid value'}."
+    return f"{flag}: {problem.rstrip('.')}."
 
 
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
@@ -161,6 +237,7 @@ def build_training(config: Namespace) -> Training:
     """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run."""
     # Everything that can be wrong is checked before Lightning's banners print and before any folder is made.
     check_accelerator(config.accelerator, config.devices)
+    refuse_empty_training(config)
     run_dir, resuming = choose_run_dir(config)
     ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else None
     if config.ckpt_path not in (None, "last"):
@@ -187,6 +264,18 @@ def build_training(config: Namespace) -> Training:
         record.output_dir = record.ckpt_path = None  # where a run lives is not part of what it is
         build_parser().save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
     return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
+
+
+def refuse_empty_training(config: Namespace) -> None:
+    """Settings under which not one training step is taken: the run would test an untrained model."""
+    zero = [
+        f"--{name} {config[name]}" for name in ("max_epochs", "max_steps", "limit_train_batches") if config[name] == 0
+    ]
+    if zero:
+        raise UserError(
+            f"{' and '.join(zero)} trains nothing, so there would be no trained model to test. Give it a positive "
+            "value (or leave it out for the default); to test a model you have, use scripts/evaluate.py."
+        )
 
 
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:

@@ -202,10 +202,23 @@ def load(data_dir: str | Path, dataset: DatasetName = "mnist", train: bool = Tru
     return parsed.data, parsed.targets
 
 
+def training_set_size(data_dir: str | Path, dataset: DatasetName = "mnist") -> int:
+    """The number of training images, read from the labels file's header (the files are verified by then)."""
+    with open(raw_folder(data_dir, dataset) / "train-labels-idx1-ubyte", "rb") as file:
+        return struct.unpack(">I", file.read(8)[4:])[0]
+
+
+def check_val_size(num_samples: int, val_size: int) -> None:
+    if not 0 < val_size < num_samples:
+        raise ValueError(
+            f"val_size must be between 1 and {num_samples - 1} for this dataset (it has {num_samples} training "
+            f"images), got {val_size}"
+        )
+
+
 def split_indices(num_samples: int, val_size: int, seed: int) -> tuple[Tensor, Tensor]:
     """A seeded random train/validation split; its own seed keeps the validation set fixed across runs."""
-    if not 0 < val_size < num_samples:
-        raise ValueError(f"val_size must be between 1 and {num_samples - 1} for this dataset, got {val_size}")
+    check_val_size(num_samples, val_size)
     permutation = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed))
     return permutation[val_size:], permutation[:val_size]
 

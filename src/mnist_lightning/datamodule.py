@@ -9,7 +9,17 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 
-from .data import DATASETS, DataError, DatasetName, TensorBatches, download, load, split_indices
+from .data import (
+    DATASETS,
+    DataError,
+    DatasetName,
+    TensorBatches,
+    check_val_size,
+    download,
+    load,
+    split_indices,
+    training_set_size,
+)
 
 
 class MNISTDataModule(LightningDataModule):
@@ -58,6 +68,10 @@ class MNISTDataModule(LightningDataModule):
     def prepare_data(self) -> None:
         if not self.verified:  # train.py checks the files before building the Trainer; once is enough
             download(self.hparams.data_dir, self.hparams.dataset)
+            try:  # here, not first in setup(): a mistake is reported before the Trainer starts
+                check_val_size(training_set_size(self.hparams.data_dir, self.hparams.dataset), self.hparams.val_size)
+            except ValueError as error:
+                raise DataError(f"{error}.") from error
             self.verified = True
 
     def setup(self, stage: str | None = None) -> None:
@@ -67,7 +81,7 @@ class MNISTDataModule(LightningDataModule):
         try:
             train_idx, val_idx = split_indices(len(labels), self.hparams.val_size, self.hparams.split_seed)
         except ValueError as error:  # only now is the size of the training set known
-            raise DataError(str(error)) from error
+            raise DataError(f"{error}.") from error
         test_images, test_labels = load(self.hparams.data_dir, self.hparams.dataset, train=False)
         # The whole dataset (47 MB as uint8) moves once to the device the Trainer chose (none outside a
         # Trainer: the CPU), so no training step waits for a host-to-device copy.

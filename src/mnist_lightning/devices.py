@@ -26,6 +26,11 @@ def why_no_cuda() -> str:
 
 def check_accelerator(accelerator: str, devices: object = 1) -> None:
     """Refuse a GPU run up front, with the reason, when no GPU (or not enough of them) is usable."""
+    if str(accelerator).lower() == "cpu" and str(devices).isdigit() and int(devices) > (os.cpu_count() or 1):
+        raise UserError(
+            f"--devices {devices} on the CPU starts {devices} training processes, but this machine has "
+            f"{os.cpu_count()} cores. Use --devices {os.cpu_count()} or fewer."
+        )
     if str(accelerator).lower() not in GPU_ACCELERATORS:
         return
     if torch.cuda.is_available():

@@ -1,5 +1,6 @@
 """User mistakes end in one readable paragraph and a non-zero exit, never in a traceback."""
 
+import importlib
 import sys
 import textwrap
 from collections.abc import Callable
@@ -40,3 +41,14 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
         print("\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
     return 0
+
+
+def run_script(module: str) -> int:
+    """What ``scripts/*.py`` run: import the entry point's module, then call its ``main()``. Importing torch and
+    Lightning is the slow part of start-up; Ctrl-C during it ends quietly, as it does later on."""
+    try:
+        main = importlib.import_module(module).main
+    except KeyboardInterrupt:
+        print("\nInterrupted.", file=sys.stderr)
+        return INTERRUPTED
+    return main()

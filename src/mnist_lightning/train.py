@@ -24,6 +24,12 @@ from .lightning_module import MNISTClassifier
 from .records import run_metrics, write_json
 
 
+class NothingTrainedError(Exception):
+    """The fit ended without a single training step."""
+
+    exit_code = 2
+
+
 def train(
     trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModule, ckpt_path: str | None = None
 ) -> dict[str, Any]:
@@ -37,6 +43,11 @@ def train(
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    if trainer.global_step == 0:
+        raise NothingTrainedError(
+            "The run ended before its first training step (its time limit or batch limits left no step), so there "
+            "is no trained model to test. Give it more: a larger --max_time, --limit_train_batches or --max_epochs."
+        )
     # The whole run's fit time: a resumed run adds this segment to the earlier ones' (kept in its checkpoints).
     fit_seconds = history.fit_seconds() if history else time.perf_counter() - start
     epochs = list(history.rows) if history else []  # before testing: loading a checkpoint restores callbacks too
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             train(built[0].trainer, built[0].model, built[0].datamodule, built[0].ckpt_path)
 
     try:
-        return run_main(run, USER_ERRORS)
+        return run_main(run, (*USER_ERRORS, NothingTrainedError))
     except SystemExit as stop:  # Ctrl-C or SIGTERM: LastCheckpoint saved progress and printed the resume command
         last = next((c for c in built[0].trainer.callbacks if isinstance(c, LastCheckpoint)), None) if built else None
         if last is not None and last.stop_signal is not None:
