@@ -12,8 +12,9 @@ import shutil
 from pathlib import Path
 
 # slugify keeps a slug like "../x" or "a/b" from creating folders outside, or above, the project folder;
-# pre_gen_project.py then refuses any slug that slugify would have changed.
-TARGET = Path("{{cookiecutter.project_slug|slugify}}")
+# pre_gen_project.py then refuses any slug that slugify would have changed. An empty slug (from an empty
+# project name) still needs a folder name, or cookiecutter fails on the output folder before that hook can say why.
+TARGET = Path("{{cookiecutter.project_slug|slugify or 'unnamed-project'}}")
 PROJECT = [".github", ".gitignore", "Makefile", "README.md", "benchmarks", "configs", "pyproject.toml", "scripts"]
 PROJECT += ["src", "tests"]
 TEMPLATE_ONLY = {Path("tests/test_template.py")}

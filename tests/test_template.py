@@ -103,6 +103,10 @@ INVALID = [
     {"project_slug": "../escape"},
     {"project_slug": "a/b"},
     {"project_slug": "Digit_Reader"},
+    {"package_name": "torch"},  # would shadow a dependency
+    {"package_name": "lightning"},
+    {"package_name": "json"},  # would shadow the standard library
+    {"project_name": "  "},
 ]
 
 
@@ -151,3 +155,17 @@ def test_without_hooks_nothing_is_generated(template, tmp_path):
     with pytest.raises(NonTemplatedInputDirException):
         cookiecutter(str(template), no_input=True, output_dir=str(tmp_path / "out"), accept_hooks=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("context", "reason"),
+    [
+        ({"package_name": "torch"}, "the name of a package that the project depends on"),
+        ({"package_name": "json"}, "a module of Python's standard library"),
+        ({"project_name": ""}, "project_name is empty"),
+    ],
+)
+def test_a_refused_name_is_told_with_its_reason(template, tmp_path, capfd, context, reason):
+    with pytest.raises(FailedHookException):
+        bake(template, tmp_path, **context)
+    assert reason in " ".join(capfd.readouterr().err.split())

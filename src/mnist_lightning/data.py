@@ -6,9 +6,11 @@ very same data code.
 """
 
 import gzip
+import logging
 import math
 import os
 import re
+import shutil
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from torch.utils.data import DistributedSampler
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 from torchvision.datasets.utils import check_integrity
 
+log = logging.getLogger(__name__)
 DatasetName = Literal["mnist", "fashion_mnist", "kmnist"]
 
 
@@ -89,10 +92,16 @@ def download(data_dir: str | Path, dataset: DatasetName = "mnist") -> None:
             continue
         if archive.is_file():
             if not same_as_decompressed(extracted, archive):
-                raise DataError(
-                    f"{extracted.resolve()} is not the decompression of {archive.name} beside it (which is intact): "
-                    "it was changed or replaced. Delete it, and it is extracted again from the archive."
-                )
+                # The archive is the verified original and the extracted file only its copy, half-written by an
+                # interrupted extraction or changed since: make the copy again.
+                if not os.access(folder, os.W_OK):
+                    raise DataError(
+                        f"{extracted.resolve()} is not the decompression of {archive.name} beside it (which is "
+                        f"intact), and {folder.resolve()} is read-only, so it cannot be extracted again. Delete it, "
+                        "or copy the folder to a writable place and pass that as --data_dir."
+                    )
+                extract(archive, extracted)
+                log.warning(f"{extracted} did not match its verified archive {archive.name}: extracted it again.")
             continue
         expected = declared.get(extracted.name) or known.get(extracted.name)
         if expected is None:
@@ -143,6 +152,14 @@ def read_sums(path: Path) -> dict[str, str]:
             raise DataError(f"{path.resolve()}, line {number}, is not '<md5 sum>  <file name>' (md5sum's format).")
         sums[Path(parts[1].strip().lstrip("*")).name] = parts[0].lower()
     return sums
+
+
+def extract(archive: Path, target: Path) -> None:
+    """Decompress ``archive`` into ``target`` through a temporary file and a rename: never half a file."""
+    partial = target.with_name(f".{target.name}.partial")
+    with gzip.open(archive, "rb") as source, open(partial, "wb") as copy:
+        shutil.copyfileobj(source, copy)
+    os.replace(partial, target)
 
 
 def same_as_decompressed(extracted: Path, archive: Path, chunk: int = 1 << 20) -> bool:
