@@ -27,6 +27,10 @@ BAD_FLAGS = [
     ),
     (["--max_epochs", "-5"], 2, ["max_epochs", "non-negative integer or -1"]),
     (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
+    (["--dataset", "svhn"], 2, ["--dataset svhn is not one of the choices: mnist, fashion_mnist, kmnist"]),
+    (["--num_workers", "10000"], 2, ["num_workers must be between 0 and", "this machine's cores", "got 10000"]),
+    (["--net", "torch.nn.Nonexistent"], 2, ["--net torch.nn.Nonexistent cannot be built", "has no attribute"]),
+    (["--net", "torch.nn.Linear"], 2, ["cannot be built", "out_features", "--net.NAME VALUE"]),
     (["--config", "missing.yaml"], 2, ["missing.yaml", "does not exist"]),
     (["--ckpt_path", "last"], 2, ["--ckpt_path last resumes the run", "does not exist"]),
 ]
@@ -147,3 +151,40 @@ def test_more_gpus_than_the_machine_has(monkeypatch):
     with pytest.raises(UserError, match="asks for 4 GPUs, but this machine has 1"):
         check_accelerator("gpu", "4")
     check_accelerator("gpu", "1")  # enough: no error
+
+
+def another_programs_files(folder) -> dict[str, object]:
+    """What users pass as --ckpt_path by mistake: name -> path."""
+    (folder / "empty.ckpt").write_bytes(b"")
+    (folder / "notes.ckpt").write_text("epoch: 3\nthis is not a checkpoint\n")
+    torch.save({"weights": torch.zeros(3)}, folder / "a_dict.ckpt")
+    other_model = {
+        "state_dict": {"encoder.weight": torch.zeros(4, 4)},
+        "hyper_parameters": {"hidden": 4},
+        "epoch": 2,
+        "pytorch-lightning_version": "2.6.0",
+    }
+    torch.save(other_model, folder / "other_model.ckpt")
+    return {
+        "missing": (folder / "missing.ckpt", "no such file"),
+        "folder": (folder, "is a folder"),
+        "best": ("best", "no such file"),
+        "empty": (folder / "empty.ckpt", "is empty (0 bytes)"),
+        "text": (folder / "notes.ckpt", "is not a PyTorch checkpoint"),
+        "a dict": (folder / "a_dict.ckpt", "not a checkpoint written by scripts/train.py"),
+        "another model": (folder / "other_model.ckpt", "cannot rebuild"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "best", "empty", "text", "a dict", "another model"])
+def test_anything_but_a_good_checkpoint_is_refused_by_train(fake_mnist, tmp_path, capsys, kind):
+    path, phrase = another_programs_files(tmp_path)[kind]
+    code = run(fake_mnist, tmp_path / "run", "--ckpt_path", str(path))
+    assert_clean_failure(capsys, code, 2, [phrase], tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_text_file_as_checkpoint_gets_no_advice_to_unpickle(fake_mnist, tmp_path, capsys):
+    (tmp_path / "pickle.ckpt").write_bytes(b"\x80\x04\x95" + b"not really" * 10)
+    assert run(fake_mnist, tmp_path / "run", "--ckpt_path", str(tmp_path / "pickle.ckpt")) == 2
+    assert "weights_only=False" not in capsys.readouterr().err
