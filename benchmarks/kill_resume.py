@@ -2,12 +2,14 @@
 """Interrupt a training run at random moments with SIGINT, SIGTERM and SIGKILL, resume each time as a user would,
 and compare the finished run with an uninterrupted one: final weights, test metrics, per-epoch history.
 
-    python benchmarks/kill_resume.py --data_dir data --interrupts 24      # prints resumed/total
+    python benchmarks/kill_resume.py --data_dir data --interrupts 24      # results/kill_resume_cpu.json
 
 Each interrupt lands a random 0.5 to --latest seconds after the (re)started process began: in start-up, in a
-training step, in validation or while a checkpoint is written. After SIGINT or SIGTERM the command the run
-printed is pasted verbatim (through a shell); after SIGKILL, which prints nothing, the README's resume command
-(`--output_dir <run> --ckpt_path last`). The run counts as resumed when the following command continues it.
+training step, in validation, while a checkpoint is written, or in testing. After SIGINT or SIGTERM the command
+the run printed is pasted verbatim (through a shell); after SIGKILL, which prints nothing, the README's resume
+command (`--output_dir <run> --ckpt_path last`). An interrupt counts as resumed when the next command continues
+the run (finishes it, or is itself interrupted) instead of failing. The run is long enough (batch 64) that
+the interrupts land before it ends; both runs use --deterministic true, so they must end bit-identical.
 """
 
 import argparse
@@ -28,13 +30,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="data")
     parser.add_argument("--interrupts", type=int, default=24)
-    parser.add_argument("--max_epochs", type=int, default=12)
-    parser.add_argument("--latest", type=float, default=10.0, help="latest interrupt, seconds after a start")
+    parser.add_argument("--max_epochs", type=int, default=40)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--latest", type=float, default=14.0, help="latest interrupt, seconds after a start")
     parser.add_argument("--seed", type=int, default=0, help="seed of the moments and signals")
     parser.add_argument("--output", default=str(RESULTS / "kill_resume_cpu.json"))
     args = parser.parse_args()
     flags = ["--data_dir", args.data_dir, "--max_epochs", str(args.max_epochs), "--accelerator", "cpu"]
-    flags += ["--quiet", "true"]
+    flags += ["--batch_size", str(args.batch_size), "--deterministic", "true", "--quiet", "true"]
     moments = random_moments(args.interrupts, args.seed, args.latest)
     with TemporaryDirectory() as tmp:
         campaign = interrupt_and_resume(flags, Path(tmp) / "interrupted", moments)
@@ -42,13 +45,16 @@ def main() -> None:
         subprocess.run(train_command(flags, whole), cwd=ROOT, check=True, capture_output=True)
         comparison = compare_runs(Path(tmp) / "interrupted", whole)
     events = campaign.interrupts
-    # Resumed: the next command continued the run (the last interrupt's next command is the final one).
-    continued = [event.exit_code != 0 for event in events]
+    equal = comparison["max_weight_difference"] == 0 and comparison["test/acc"][0] == comparison["test/acc"][1]
+    equal = equal and comparison["history_epochs"] == list(range(args.max_epochs))
     result = {
         "command": " ".join(sys.argv),
+        "flags": flags,
         "interrupts": len(events),
         "by_signal": {name: sum(e.signal == name for e in events) for name in ("SIGINT", "SIGTERM", "SIGKILL")},
-        "resumed": sum(continued) if campaign.final_exit_code == 0 else 0,
+        "resumed": sum(campaign.resumed()),
+        "finished_equal_to_uninterrupted": equal,
+        "finished_before_the_last_interrupt": campaign.finished_early,
         "final_exit_code": campaign.final_exit_code,
         "comparison": comparison,
         "events": [
@@ -60,7 +66,8 @@ def main() -> None:
     print(
         f"resumed {result['resumed']}/{result['interrupts']} interrupts {result['by_signal']}; final weights differ "
         f"by at most {comparison['max_weight_difference']}; test accuracy {comparison['test/acc'][0]:.4f} "
-        f"interrupted, {comparison['test/acc'][1]:.4f} uninterrupted"
+        f"interrupted, {comparison['test/acc'][1]:.4f} uninterrupted; epochs in metrics.json "
+        f"{comparison['history_epochs']}"
     )
 
 

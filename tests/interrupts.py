@@ -93,6 +93,13 @@ class Campaign:
     interrupts: list[Interrupt] = field(default_factory=list)
     final_exit_code: int | None = None
     final_stderr: str = ""
+    finished_early: bool = False  # the run finished before the last interrupt: there was nothing left to resume
+
+    def resumed(self) -> list[bool]:
+        """For each interrupt, whether the next command continued the run: it finished it, or was itself
+        interrupted, rather than failing with an error (exit status 1 or 2)."""
+        next_codes = [event.exit_code for event in self.interrupts[1:]] + [self.final_exit_code]
+        return [code not in (1, 2) for code in next_codes]
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -153,7 +160,8 @@ def interrupt_and_resume(
         event = interrupt(process, name, delay, timeout)
         event.last_ckpt_loads = checkpoint_loads(output_dir / "checkpoints" / "last.ckpt")
         campaign.interrupts.append(event)
-        if event.exit_code == 0:  # it finished before the signal came: nothing left to resume
+        if (output_dir / "metrics.json").is_file():  # the run had finished before the signal came, or as it came
+            campaign.finished_early = True
             return campaign
         command = next_command(first, output_dir, event.printed_resume)
     process = start(command)

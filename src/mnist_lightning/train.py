@@ -17,7 +17,7 @@ from lightning.pytorch import Trainer
 
 from .callbacks import EpochHistory
 from .checkpoints import LastCheckpoint
-from .cli import USER_ERRORS, Training, build_training, parse_args
+from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .datamodule import MNISTDataModule
 from .errors import run_main
 from .lightning_module import MNISTClassifier
@@ -115,8 +115,19 @@ def main(argv: list[str] | None = None) -> int:
         if stop.code != 128 + signal.SIGTERM:
             raise
         if last is None or not last.reported:
-            print("\nStopped by SIGTERM before training started; nothing was saved.", file=sys.stderr)
+            print(f"\nStopped by SIGTERM {where_the_run_stands(built[0] if built else None)}", file=sys.stderr)
         return stop.code
+
+
+def where_the_run_stands(training: Training | None) -> str:
+    """For a SIGTERM outside the Trainer's own calls: before training, between fit and test, or after both."""
+    if training is None:
+        return "before training started; nothing was saved."
+    if (training.run_dir / "metrics.json").is_file():
+        return f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results."
+    if (training.run_dir / "checkpoints" / "last.ckpt").is_file():
+        return f"before the run was tested. Resume with:\n  {resume_hint(training.run_dir)}"
+    return "before the first epoch ended: there is no progress to resume. Run the same command again to start over."
 
 
 if __name__ == "__main__":
