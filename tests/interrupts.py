@@ -106,11 +106,12 @@ class Campaign:
 
 
 def start(command: list[str] | str) -> subprocess.Popen:
-    shell = isinstance(command, str)
+    """Run ``command``; a string is a command line as a user pastes it, split into words the way a POSIX shell
+    splits a simple command (shlex), so that the signals sent later reach python itself and not a shell."""
+    words = shlex.split(command) if isinstance(command, str) else command
     # Started as a user's shell would: Ctrl-C (SIGINT) is delivered, not ignored as in a background job.
     return subprocess.Popen(
-        command,
-        shell=shell,
+        words,
         cwd=ROOT,
         env=user_environment(),
         stdout=subprocess.DEVNULL,
@@ -127,9 +128,12 @@ def interrupt(process: subprocess.Popen, name: str, delay: float, timeout: float
         time.sleep(0.01)
     event = Interrupt(name, round(time.monotonic() - started, 2))
     if process.poll() is None:
-        # With shell=True the shell runs the command with exec (a single command), so the pid is python's.
         process.send_signal(SIGNALS[name])
-    _, stderr = process.communicate(timeout=timeout)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()  # a run that ignored the signal: no orphan left training in the run folder
+        raise
     event.exit_code = process.returncode
     found = RESUME_LINE.findall(stderr)
     event.printed_resume = found[-1].strip() if found else None
