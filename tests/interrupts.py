@@ -86,6 +86,7 @@ class Interrupt:
     printed_resume: str | None = None  # the command the run printed, if any
     last_ckpt_loads: bool = False
     stderr_tail: str = ""
+    ignored: bool = False  # the run did not stop within the harness's timeout
 
 
 @dataclass
@@ -132,8 +133,11 @@ def interrupt(process: subprocess.Popen, name: str, delay: float, timeout: float
     try:
         _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()  # a run that ignored the signal: no orphan left training in the run folder
-        raise
+        # The signal did not stop the run: recorded as such, and the run is killed (as a user would, with kill -9),
+        # so that no orphan goes on training in the run folder.
+        event.ignored = True
+        process.kill()
+        _, stderr = process.communicate()
     event.exit_code = process.returncode
     found = RESUME_LINE.findall(stderr)
     event.printed_resume = found[-1].strip() if found else None

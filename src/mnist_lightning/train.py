@@ -122,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
 def where_the_run_stands(training: Training | None) -> str:
     """For a SIGTERM outside the Trainer's own calls: before training, between fit and test, or after both."""
     if training is None:
-        return "before training started; nothing was saved."
+        return (
+            "before training started. Run the same command again to start it (a run it resumes keeps its checkpoints)."
+        )
     if (training.run_dir / "metrics.json").is_file():
         return f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results."
     if (training.run_dir / "checkpoints" / "last.ckpt").is_file():
