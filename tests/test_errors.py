@@ -25,13 +25,16 @@ BAD_FLAGS = [
         1,
         ["val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 70000"],
     ),
-    (["--max_epochs", "-5"], 2, ["max_epochs", "non-negative integer or -1"]),
+    (["--max_epochs", "-5"], 2, ["--max_epochs -5 is out of range: it must be at least -1"]),
     (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
     (["--dataset", "svhn"], 2, ["--dataset svhn is not one of the choices: mnist, fashion_mnist, kmnist"]),
     (["--num_workers", "10000"], 2, ["num_workers must be between 0 and", "this machine's cores", "got 10000"]),
     (["--net", "torch.nn.Nonexistent"], 2, ["--net torch.nn.Nonexistent cannot be built", "has no attribute"]),
     (["--net", "torch.nn.Linear"], 2, ["cannot be built", "out_features", "--net.NAME VALUE"]),
     (["--config", "missing.yaml"], 2, ["missing.yaml", "does not exist"]),
+    (["--seed", "-1"], 2, ["--seed -1 is out of range: it must be between 0 and 4294967295"]),
+    (["--accumulate_grad_batches", "0"], 2, ["--accumulate_grad_batches 0 is out of range: it must be at least 1"]),
+    (["--check_val_every_n_epoch", "0"], 2, ["--check_val_every_n_epoch 0 is out of range"]),
     (["--ckpt_path", "last"], 2, ["--ckpt_path last resumes the run", "does not exist"]),
 ]
 
@@ -188,3 +191,32 @@ def test_a_text_file_as_checkpoint_gets_no_advice_to_unpickle(fake_mnist, tmp_pa
     (tmp_path / "pickle.ckpt").write_bytes(b"\x80\x04\x95" + b"not really" * 10)
     assert run(fake_mnist, tmp_path / "run", "--ckpt_path", str(tmp_path / "pickle.ckpt")) == 2
     assert "weights_only=False" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rung", ["plain_pytorch", "train_fabric"])
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["--batch_size", "0"], "--batch_size: 0 is out of range: it must be at least 1"),
+        (["--lr", "nan"], "--lr: nan is out of range: it must be above 0"),
+        (["--seed", "-1"], "--seed: -1 is out of range"),
+        (["--max_epochs", "0"], "--max_epochs: 0 is out of range"),
+        (["--num_workers", "100000"], "--num_workers: 100000 is out of range"),
+        (["--no_such_flag"], "Unrecognized arguments: --no_such_flag"),
+    ],
+)
+def test_the_other_rungs_refuse_the_same_mistakes(fake_mnist, tmp_path, capsys, rung, flags, phrase):
+    import importlib
+
+    main_of_rung = importlib.import_module(f"mnist_lightning.{rung}").main
+    code = main_of_rung(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *flags])
+    assert_clean_failure(capsys, code, 2, [phrase], tmp_path / "run")
+    assert "usage:" not in capsys.readouterr().err
+
+
+def test_evaluate_reports_a_bad_command_line_in_one_paragraph(capsys):
+    from mnist_lightning.evaluate import main as evaluate_main
+
+    assert evaluate_main(["--batch_size", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --batch_size abc is not a whole number") and "usage:" not in err

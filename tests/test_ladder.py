@@ -37,7 +37,7 @@ def test_fabric_rung_differs_from_plain_only_in_marked_device_lines():
             added += fabric[j1:j2]
     unmarked_removed = [line for line in removed if "# DEVICE" not in line and not line.startswith("import ")]
     unmarked_added = [line for line in added if "FABRIC" not in line and not line.startswith("import ")]
-    allowed = {'parser = argparse.ArgumentParser(prog="train_pytorch.py", description=__doc__.splitlines()[0])'}
+    allowed = {'parser = ArgumentParser(prog="train_pytorch.py", description=__doc__.splitlines()[0])'}
     assert set(unmarked_removed) <= allowed, unmarked_removed
     assert unmarked_added == [line.replace("train_pytorch", "train_fabric") for line in unmarked_removed]
     assert len(removed) > 20 and len(added) > 20  # the rungs do differ: in their device lines

@@ -125,10 +125,51 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
             config = parser.parse_args(["--config", record, *argv])
             refuse_changes(recorded, config)
     except ArgumentError as error:
-        raise UserError(
-            f"{explain(error)} Run `python scripts/train.py --help` for every option and its type."
-        ) from error
+        raise UserError(f"{explain(error)} {more_help(parser)}") from error
+    check_ranges(config)
     return config
+
+
+def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) -> Namespace:
+    """``parser.parse_args(argv)`` for the other entry points, with a mistake as one paragraph (the parser must be
+    made with ``exit_on_error=False``; else jsonargparse prints its usage and exits)."""
+    try:
+        return parser.parse_args(argv)
+    except ArgumentError as error:
+        raise UserError(f"{explain(error)} {more_help(parser)}") from error
+
+
+def more_help(parser: ArgumentParser) -> str:
+    return f"Run `python scripts/{parser.prog} --help` for every option and its type."
+
+
+# The valid ranges of numeric options that nothing checks before training starts (Lightning's own loops would
+# end in a ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
+RANGES = {
+    "seed": (0, 2**32 - 1),
+    "split_seed": (0, 2**63 - 1),
+    "max_epochs": (-1, None),
+    "min_epochs": (0, None),
+    "max_steps": (-1, None),
+    "min_steps": (0, None),
+    "accumulate_grad_batches": (1, None),
+    "check_val_every_n_epoch": (1, None),
+    "log_every_n_steps": (1, None),
+    "num_nodes": (1, None),
+    "num_sanity_val_steps": (-1, None),
+    "reload_dataloaders_every_n_epochs": (0, None),
+    "gradient_clip_val": (0, None),
+}
+
+
+def check_ranges(config: Namespace) -> None:
+    for name, (lowest, highest) in RANGES.items():
+        value = config.get(name)
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+            valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
+            raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
 
 
 def config_paths(argv: list[str]) -> list[str]:

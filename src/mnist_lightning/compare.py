@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError, run_main
+from .errors import ArgumentParser, UserError, run_main
 from .records import new_run_dir, write_json
 
 RUNGS = {
@@ -36,7 +36,7 @@ LOSSES = ("train/loss", "val/loss")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="compare.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="compare.py", description=__doc__.splitlines()[0])
     parser.add_argument("--accelerator", choices=sorted(DEVICE_FOR_ACCELERATOR), default="cpu")
     parser.add_argument("--rungs", nargs="+", choices=list(RUNGS), default=list(RUNGS), help="default: all three")
     parser.add_argument("--data_dir", default="data")

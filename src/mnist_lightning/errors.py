@@ -1,9 +1,12 @@
 """User mistakes end in one readable paragraph and a non-zero exit, never in a traceback."""
 
+import argparse
 import importlib
+import math
 import sys
 import textwrap
 from collections.abc import Callable
+from typing import NoReturn
 
 from .workarounds import apply_workarounds
 
@@ -19,6 +22,33 @@ class UserError(Exception):
     def __init__(self, message: str, exit_code: int = USAGE_ERROR) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a bad command line reported as a UserError: one paragraph, no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message[0].upper()}{message[1:]}. Run `python scripts/{self.prog} --help` for every option.")
+
+
+def bounded(kind: type = int, lowest: float | None = None, highest: float | None = None, above: bool = False):
+    """An argparse ``type``: a number of ``kind`` within its valid range (``above``: strictly above ``lowest``)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text} is not {'a whole number' if kind is int else 'a number'}"
+            ) from None
+        too_low = lowest is not None and (value <= lowest if above else value < lowest)
+        if not math.isfinite(value) or too_low or (highest is not None and value > highest):
+            low = f"above {lowest}" if above else f"at least {lowest}"
+            valid = low if highest is None else f"{low} and at most {highest}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: it must be {valid}")
+        return value
+
+    return parse
 
 
 def print_error(message: str) -> None:

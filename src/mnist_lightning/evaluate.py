@@ -8,7 +8,7 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import Trainer
 
 from .checkpoints import load_checkpoint
-from .cli import USER_ERRORS
+from .cli import USER_ERRORS, parse_command_line
 from .datamodule import MNISTDataModule
 from .devices import check_accelerator
 from .errors import run_main
@@ -17,7 +17,7 @@ from .records import new_run_dir, run_metrics, write_json
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="evaluate.py", description=__doc__)
+    parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--data_dir", type=str | None, default=None, help="Default: the one the model trained on.")
     parser.add_argument("--batch_size", type=int | None, default=None, help="Default: the training batch size.")
@@ -65,7 +65,7 @@ def build(config: Namespace) -> tuple[Trainer, MNISTClassifier, MNISTDataModule,
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: evaluate(*build(build_parser().parse_args(argv))), USER_ERRORS)
+    return run_main(lambda: evaluate(*build(parse_command_line(build_parser(), argv))), USER_ERRORS)
 
 
 if __name__ == "__main__":

@@ -23,14 +23,14 @@ import torch
 
 from .data import download, raw_folder
 from .devices import why_no_cuda
-from .errors import UserError, run_main
+from .errors import ArgumentParser, UserError, run_main
 from .records import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="data")
     parser.add_argument("--cpu", action="store_true", help="run every step on the CPU; skip what needs CUDA")
     parser.add_argument("--max_epochs", type=int, default=3, help="epochs of each training run (default: 3)")

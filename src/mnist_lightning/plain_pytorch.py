@@ -23,7 +23,7 @@ from torchvision import transforms
 
 from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
 from .devices import why_no_cuda  # DEVICE:
-from .errors import UserError, run_main
+from .errors import ArgumentParser, UserError, bounded, run_main
 from .model import SimpleNN
 from .optim import build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
@@ -36,24 +36,24 @@ def true_or_false(text: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="train_pytorch.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="train_pytorch.py", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")  # DEVICE:
     # The same flags, names and defaults as scripts/train.py wherever they mean the same thing.
     parser.add_argument("--data_dir", default="data")
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="mnist")
     parser.add_argument("--output_dir", default=None, help="default: a new folder under runs/")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max_epochs", type=int, default=12)
-    parser.add_argument("--batch_size", type=int, default=4096)
+    parser.add_argument("--seed", type=bounded(int, 0, 2**32 - 1), default=42)
+    parser.add_argument("--max_epochs", type=bounded(int, 1), default=12)
+    parser.add_argument("--batch_size", type=bounded(int, 1), default=4096)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    parser.add_argument("--lr", type=float, default=0.02)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--weight_decay", type=float, default=0.0)
+    parser.add_argument("--lr", type=bounded(float, 0, above=True), default=0.02)
+    parser.add_argument("--momentum", type=bounded(float, 0), default=0.9)
+    parser.add_argument("--weight_decay", type=bounded(float, 0), default=0.0)
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine")
-    parser.add_argument("--val_size", type=int, default=5_000)
-    parser.add_argument("--split_seed", type=int, default=0)
+    parser.add_argument("--val_size", type=bounded(int, 1), default=5_000)
+    parser.add_argument("--split_seed", type=bounded(int, 0), default=0)
     parser.add_argument("--pipeline", choices=["tensor", "per_sample"], default="tensor")
-    parser.add_argument("--num_workers", type=int, default=0, help="DataLoader workers (per_sample only)")
+    parser.add_argument("--num_workers", type=bounded(int, 0, os.cpu_count()), default=0, help="DataLoader workers")
     parser.add_argument("--deterministic", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False, help="torch.compile")
     return parser
