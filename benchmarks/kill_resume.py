@@ -31,7 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="data")
     parser.add_argument("--interrupts", type=int, default=24)
-    parser.add_argument("--max_epochs", type=int, default=20)
+    parser.add_argument("--max_epochs", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=300, help="seconds a signalled run gets to stop")
     parser.add_argument("--latest", type=float, default=14.0, help="latest interrupt, seconds after a start")
     parser.add_argument("--seed", type=int, default=0, help="seed of the moments and signals")

@@ -173,7 +173,7 @@ def interrupt_and_resume(
             return campaign
         command = next_command(first, output_dir, event.printed_resume)
     process = start(command)
-    _, stderr = process.communicate(timeout=timeout)
+    _, stderr = process.communicate(timeout=4 * timeout)  # the rest of the run, uninterrupted
     campaign.final_exit_code, campaign.final_stderr = process.returncode, stderr[-3000:]
     return campaign
 
