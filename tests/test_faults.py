@@ -47,6 +47,7 @@ def assert_same_as_uninterrupted(run, whole):
     assert comparison["test/acc"][0] == comparison["test/acc"][1], comparison
     assert comparison["test/loss"][0] == comparison["test/loss"][1], comparison
     assert comparison["history_epochs"] == list(range(EPOCHS))
+    assert comparison["max_history_difference"] == {"train/loss": 0.0, "val/loss": 0.0, "val/acc": 0.0}, comparison
     metrics = json.loads((run / "metrics.json").read_text())  # valid JSON; the whole run's time
     assert metrics["fit_seconds"] >= sum(row["seconds"] for row in metrics["history"]) * 0.5
 

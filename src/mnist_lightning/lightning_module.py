@@ -48,6 +48,8 @@ class MNISTClassifier(LightningModule):
         # One metric object per stage: a metric accumulates state, and sharing one would mix the stages.
         # Means of per-sample losses, NaN kept: a diverged run must show as one, not have its NaNs dropped.
         self.train_loss = MeanMetric(nan_strategy="disable")
+        # Saved in checkpoints: a run stopped mid-epoch and resumed then reports the mean over the whole epoch.
+        self.train_loss.persistent(True)
         self.val_loss = MeanMetric(nan_strategy="disable")
         self.test_loss = MeanMetric(nan_strategy="disable")
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
@@ -61,6 +63,12 @@ class MNISTClassifier(LightningModule):
         # prefix them with "_orig_mod.".
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
             self.net.compile()
+
+    def on_train_epoch_start(self) -> None:
+        # The epoch loss is saved in checkpoints (see __init__). A checkpoint written at an epoch's end holds that
+        # epoch's sum, which the next epoch must not start from; a run resumed mid-epoch keeps its partial sum
+        # (Lightning does not call this hook when it resumes in the middle of an epoch).
+        self.train_loss.reset()
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
