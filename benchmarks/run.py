@@ -1,19 +1,39 @@
 #!/usr/bin/env python
-"""Measure the figures in benchmarks/README.md on this machine, every run a fresh process.
+"""Speed figures of benchmarks/README.md, every run a fresh process, the processes compared alternated.
 
-    python benchmarks/run.py --data_dir data --accelerator cpu          # writes benchmarks/results/cpu.json
+    python benchmarks/run.py --data_dir <MNIST root> --repeats 5     # writes benchmarks/results/cpu.json
 
-1. Data path: the best plain-loop epoch at batch 64 through torchvision's per-image pipeline (0 and 2 workers)
-   and through the template's tensor pipeline; the ratio is per-sample time over tensor time.
-2. Lightning vs plain at the template's defaults and at batch 64 (scripts/compare.py, alternated repeats).
-3. Wall clock of a default `python scripts/train.py`, imports included, and its test accuracy.
+1. ``floor``: a default ``python scripts/train.py --data_dir <root>`` against ``python -c "import lightning,
+   jsonargparse"``, the least any Lightning program pays, and ``benchmarks/phases.py`` (the same run, clocked
+   phase by phase). Each process runs in a pseudo-terminal, as from a shell, so the progress bar draws as it
+   would for a user.
+2. ``defaults``: plain PyTorch, Fabric and the Trainer at the template's defaults, through the building blocks of
+   ``scripts/compare.py`` (same seed, data and flags; the Trainer without progress bar, as the others print one
+   line per epoch): whole process and median epoch (epoch 0, the warm-up, left out), ratios to plain.
+3. ``batch64``: the same at batch 64 (3 epochs), where the per-step costs dominate.
+4. ``data_path``: the plain loop at batch 64 through torchvision's per-sample pipeline (a PIL image, ToTensor and
+   Normalize per sample, in a DataLoader) against the template's tensor pipeline (epoch 1 of 2).
+
+Each group's processes take turns (A B C, then C B A, ...), so a machine getting busier or quieter affects every
+side alike. Figures are medians over the repeats, with the best (least disturbed) run beside them; ratios are
+taken between medians, and between bests. The machine's load average is recorded before and after.
 """
 
 import argparse
+import fcntl
+import importlib.metadata
 import json
+import os
 import platform
+import pty
+import re
+import resource
+import shlex
+import statistics
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -21,119 +41,311 @@ from tempfile import TemporaryDirectory
 import torch
 
 from mnist_lightning.compare import build_parser as compare_parser
-from mnist_lightning.compare import compare, run_side
+from mnist_lightning.compare import differences, run_rung, rung_flags
 from mnist_lightning.records import write_json
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
+FLOOR = [sys.executable, "-c", "import lightning, jsonargparse"]
+# What the plain rung imports: torch and torchvision (and numpy), without Lightning.
+TORCH_FLOOR = [sys.executable, "-c", "import torch, torchvision"]
+PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "numpy", "matplotlib", "rich")
+
+
+def children_cpu_seconds() -> float:
+    """CPU time (user and system) of this process's finished children: before and after one run, the difference
+    is that run's, which does not grow while other processes hold the cores, unlike its wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def in_terminal(command: list[str], env: dict | None = None) -> tuple[float, int, str]:
+    """Run ``command`` with a 120x40 pseudo-terminal as stdout and stderr; its wall time, exit status, output."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env, close_fds=True
+    )
+    os.close(follower)
+    output = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # EIO: the child's side has closed
+            break
+        if not chunk:
+            break
+        output += chunk
+    code = process.wait()
+    seconds = time.perf_counter() - start
+    os.close(leader)
+    return seconds, code, output.decode(errors="replace")
+
+
+def checked(command: list[str], code: int, output: str) -> None:
+    if code != 0:
+        raise SystemExit(f"{shlex.join(command)} failed with exit status {code}:\n{output[-3000:]}")
+
+
+def alternated(names: list[str], repeats: int):
+    """(repeat, name) pairs, the order of the names reversed every other repeat."""
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else reversed(names):
+            yield repeat, name
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "best": min(values), "runs": values}
+
+
+def floor(args, work: Path) -> dict:
+    """Default train.py against the import floor, and the same run clocked phase by phase."""
+    seconds: dict[str, list[float]] = {"floor": [], "train": [], "phases": [], "torch floor": []}
+    cpu: dict[str, list[float]] = {name: [] for name in seconds}
+    phases: list[dict] = []
+    accuracy = []
+    for repeat, name in alternated(list(seconds), args.repeats):
+        if name in ("floor", "torch floor"):
+            command = FLOOR if name == "floor" else TORCH_FLOOR
+        else:
+            script = "scripts/train.py" if name == "train" else "benchmarks/phases.py"
+            command = [
+                sys.executable,
+                script,
+                "--data_dir",
+                args.data_dir,
+                "--output_dir",
+                str(work / f"{name}_{repeat}"),
+            ]
+        env = os.environ | {"PHASES_SPAWN_TIME": repr(time.time())}
+        cpu_before = children_cpu_seconds()
+        wall, code, output = in_terminal(command, env)
+        ended = time.time()
+        checked(command, code, output)
+        seconds[name].append(wall)
+        cpu[name].append(children_cpu_seconds() - cpu_before)
+        if name == "train":
+            accuracy.append(json.loads((work / f"train_{repeat}" / "metrics.json").read_text())["test/acc"])
+        if name == "phases":
+            found = re.findall(r'\{"seconds".*\}', output)
+            report = json.loads(found[-1])
+            phases.append(report["seconds"] | {"exit": ended - report["main_returned_at"], "whole process": wall})
+    summary = {name: spread(values) for name, values in seconds.items()}
+    cpu_summary = {name: spread(values) for name, values in cpu.items()}
+    return {
+        "commands": {
+            "floor": shlex.join(["python", *FLOOR[1:]]),
+            "torch floor": shlex.join(["python", *TORCH_FLOOR[1:]]),
+            "train": f"python scripts/train.py --data_dir {args.data_dir} --output_dir <new folder>",
+            "phases": f"python benchmarks/phases.py --data_dir {args.data_dir} --output_dir <new folder>",
+        },
+        "seconds": summary,
+        "ratio": {
+            "median": summary["train"]["median"] / summary["floor"]["median"],
+            "best": summary["train"]["best"] / summary["floor"]["best"],
+        },
+        "cpu_seconds": cpu_summary,
+        "cpu_ratio": {
+            "median": cpu_summary["train"]["median"] / cpu_summary["floor"]["median"],
+            "best": cpu_summary["train"]["best"] / cpu_summary["floor"]["best"],
+        },
+        "test/acc": accuracy,
+        "phases_median": {name: statistics.median(run[name] for run in phases) for name in phases[0]},
+        "phases": phases,
+    }
+
+
+def rungs(args, work: Path, *flags: str) -> dict:
+    """Plain, Fabric and Trainer in alternated processes: whole process and median epoch, ratios to plain."""
+    settings = compare_parser().parse_args(["--data_dir", args.data_dir, *flags])
+    names = ["plain", "fabric", "trainer"]
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    for repeat, name in alternated(names, args.repeats):
+        cpu_before = children_cpu_seconds()
+        run = run_rung(name, rung_flags(settings, name), work / f"{name}_{repeat}")
+        runs[name].append(run | {"cpu_seconds": children_cpu_seconds() - cpu_before})
+    result: dict = {
+        "command": "python scripts/compare.py " + shlex.join(["--data_dir", args.data_dir, *flags]),
+        "rungs": {},
+    }
+    for name, rung_runs in runs.items():
+        result["rungs"][name] = {
+            # Epoch 0 carries the one-off warm-up (first allocations, lazy initialization).
+            "epoch_seconds": spread([statistics.median(r["seconds"] for r in run["history"][1:]) for run in rung_runs]),
+            "wall_seconds": spread([run["wall_seconds"] for run in rung_runs]),
+            "cpu_seconds": spread([run["cpu_seconds"] for run in rung_runs]),
+            "test/acc": rung_runs[0]["test/acc"],
+            "peak_host_mb": max(run["peak_host_mb"] for run in rung_runs),
+        }
+    plain = result["rungs"]["plain"]
+    result["ratios_to_plain"] = {
+        name: {
+            f"{measure}_{kind}": summary[f"{measure}_seconds"][kind] / plain[f"{measure}_seconds"][kind]
+            for measure in ("wall", "cpu", "epoch")
+            for kind in ("median", "best")
+        }
+        for name, summary in result["rungs"].items()
+        if name != "plain"
+    }
+    result["parity_with_plain"] = {
+        name: differences(runs["plain"][0], runs[name][0], "plain", name) for name in names if name != "plain"
+    }
+    return result
 
 
 def data_path(args, work: Path) -> dict:
-    device = "cuda" if args.accelerator == "gpu" else "cpu"
-    flags = ["--data_dir", args.data_dir, "--batch_size", "64", "--device", device]
+    """Epoch 1 of 2 of the plain loop at batch 64 through each pipeline, alternated."""
     cases = {
-        "per_sample, 0 workers": ["--pipeline", "per_sample", "--max_epochs", "1"],
-        "per_sample, 2 workers": ["--pipeline", "per_sample", "--num_workers", "2", "--max_epochs", "1"],
-        "tensor": ["--pipeline", "tensor", "--max_epochs", "3"],
+        "per_sample, 0 workers": ["--pipeline", "per_sample"],
+        "per_sample, 2 workers": ["--pipeline", "per_sample", "--num_workers", "2"],
+        "tensor": ["--pipeline", "tensor"],
     }
-    seconds = {}
-    for name, extra in cases.items():
-        # Best epoch of several runs; the per-sample path (one long epoch per run) is run twice.
-        runs = args.repeats if name == "tensor" else min(2, args.repeats)
-        folders = [work / f"{name.replace(', ', '_').replace(' ', '')}_{i}" for i in range(runs)]
-        histories = [run_side("plain", flags + extra, folder)["history"] for folder in folders]
-        seconds[name] = min(row["seconds"] for history in histories for row in history[-2:])
-    return {"epoch_seconds": seconds, "speedup": seconds["per_sample, 0 workers"] / seconds["tensor"]}
-
-
-def lightning_vs_plain(args, work: Path, *flags: str) -> dict:
-    settings = ["--data_dir", args.data_dir, "--accelerator", args.accelerator, "--repeats", str(args.repeats)]
-    result = compare(compare_parser().parse_args([*settings, *flags, "--output_dir", str(work)]))
+    flags = ["--data_dir", args.data_dir, "--batch_size", "64", "--max_epochs", "2", "--device", "cpu"]
+    seconds: dict[str, list[float]] = {name: [] for name in cases}
+    for repeat, name in alternated(list(cases), args.data_path_repeats):
+        folder = work / f"{name.replace(', ', '_').replace(' ', '')}_{repeat}"
+        seconds[name].append(run_rung("plain", [*flags, *cases[name]], folder)["history"][1]["seconds"])
+    summary = {name: spread(values) for name, values in seconds.items()}
+    tensor = summary["tensor"]
     return {
-        "lightning_epoch_seconds": result["lightning"]["epoch_seconds"],
-        "plain_epoch_seconds": result["plain"]["epoch_seconds"],
-        "ratio": result["epoch_time_ratio"],
-        "max_train_loss_difference": result["max_train_loss_difference"],
-        "lightning_test_acc": result["lightning"]["test/acc"],
-        "plain_test_acc": result["plain"]["test/acc"],
-        "peak_host_mb": {side: result[side]["peak_host_mb"] for side in ("lightning", "plain")},
-        "peak_gpu_mb": {side: result[side]["peak_gpu_mb"] for side in ("lightning", "plain")},
+        "command": "python scripts/train_pytorch.py " + shlex.join(flags) + " --pipeline per_sample|tensor",
+        "epoch_seconds": summary,
+        "speedup": {kind: summary["per_sample, 0 workers"][kind] / tensor[kind] for kind in ("median", "best")},
     }
 
 
-def default_train(args, work: Path) -> dict:
-    runs = []
-    for repeat in range(args.repeats):
-        output_dir = work / f"train_{repeat}"
-        command = [sys.executable, "scripts/train.py", "--data_dir", args.data_dir, "--output_dir", str(output_dir)]
-        if args.accelerator == "gpu":
-            command += ["--accelerator", "gpu", "--devices", "1"]
-        start = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True)
-        metrics = json.loads((output_dir / "metrics.json").read_text())
-        runs.append({"wall_seconds": time.perf_counter() - start, "test/acc": metrics["test/acc"]})
-    best = min(runs, key=lambda run: run["wall_seconds"])
-    return {"wall_seconds": best["wall_seconds"], "test/acc": best["test/acc"], "runs": runs}
-
-
-def ratio(side_by_side: dict) -> str:
-    lightning, plain = side_by_side["lightning_epoch_seconds"], side_by_side["plain_epoch_seconds"]
-    return f"{side_by_side['ratio']:.2f}x ({lightning:.3f} s / {plain:.3f} s)"
+def machine() -> dict:
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if "model name" in line
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").is_file()
+        else platform.processor()
+    )
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "platform": platform.platform(),
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
 
 
 def markdown(results: dict) -> str:
-    """The table for benchmarks/README.md, straight from the measured results."""
-    data, defaults, b64, train = (results[k] for k in ("data_path_batch64", "defaults", "batch64", "default_train"))
-    seconds = data["epoch_seconds"]
-    rows = [
-        (
-            "epoch, plain loop, batch 64: torchvision per-sample pipeline, 0 workers",
-            f"{seconds['per_sample, 0 workers']:.2f} s",
-        ),
-        (
-            "epoch, plain loop, batch 64: torchvision per-sample pipeline, 2 workers",
-            f"{seconds['per_sample, 2 workers']:.2f} s",
-        ),
-        ("epoch, plain loop, batch 64: tensor pipeline (this template)", f"{seconds['tensor']:.2f} s"),
-        ("data path speed-up (per-sample, 0 workers / tensor)", f"{data['speedup']:.1f}x"),
-        ("Lightning / plain epoch time, defaults", ratio(defaults)),
-        ("Lightning / plain epoch time, batch 64", ratio(b64)),
-        (
-            "largest per-epoch train/loss difference, Lightning vs plain (defaults / batch 64)",
-            f"{defaults['max_train_loss_difference']:.1e} / {b64['max_train_loss_difference']:.1e}",
-        ),
-        (
-            "peak host memory, Lightning / plain (defaults)",
-            f"{defaults['peak_host_mb']['lightning']:.0f} / {defaults['peak_host_mb']['plain']:.0f} MB",
-        ),
-        (
-            "default `python scripts/train.py`: wall clock with imports, test accuracy",
-            f"{train['wall_seconds']:.1f} s, {100 * train['test/acc']:.2f} %",
-        ),
-    ]
-    return "\n".join(["| measure | value |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
+    """The tables of benchmarks/README.md, straight from the measured results."""
+    lines = [f"{results['threads']} thread(s) per process; medians (best) of alternated runs", ""]
+    if "floor" in results:
+        result = results["floor"]
+        wall, cpu = result["seconds"], result["cpu_seconds"]
+
+        def cells(name: str) -> str:
+            return (
+                f"{wall[name]['median']:.2f} ({wall[name]['best']:.2f}) | "
+                f"{cpu[name]['median']:.2f} ({cpu[name]['best']:.2f})"
+            )
+
+        ratio, cpu_ratio = result["ratio"], result["cpu_ratio"]
+        lines += [
+            "| process | wall (s) | CPU (s) |",
+            "|---|---|---|",
+            f"| `{result['commands']['floor']}` | {cells('floor')} |",
+            f"| `{result['commands']['torch floor']}` (what the plain rung imports) | {cells('torch floor')} |",
+            f"| `python scripts/train.py --data_dir <root>` | {cells('train')} |",
+            f"| train.py / floor | {ratio['median']:.2f}x ({ratio['best']:.2f}x) | "
+            f"{cpu_ratio['median']:.2f}x ({cpu_ratio['best']:.2f}x) |",
+            "",
+            "| phase of a default run (benchmarks/phases.py) | wall (s), median |",
+            "|---|---|",
+            *(f"| {name} | {value:.3f} |" for name, value in result["phases_median"].items()),
+            "",
+        ]
+    names = {"plain": "plain PyTorch", "fabric": "Fabric", "trainer": "Trainer"}
+    for key, title in (("defaults", "defaults (batch 4096, 12 epochs)"), ("batch64", "batch 64, 3 epochs")):
+        if key not in results:
+            continue
+        result = results[key]
+        lines += [
+            f"Rungs at {title}:",
+            "",
+            "| rung | whole process, wall (s) | / plain | whole process, CPU (s) | / plain | epoch (s) | / plain |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, summary in result["rungs"].items():
+            ratios = result["ratios_to_plain"].get(
+                name, dict.fromkeys(("wall_median", "cpu_median", "epoch_median"), 1)
+            )
+            lines.append(
+                f"| {names[name]} | {summary['wall_seconds']['median']:.2f} | {ratios['wall_median']:.2f}x | "
+                f"{summary['cpu_seconds']['median']:.2f} | {ratios['cpu_median']:.2f}x | "
+                f"{summary['epoch_seconds']['median']:.3f} | {ratios['epoch_median']:.2f}x |"
+            )
+        lines.append("")
+    if "data_path" in results:
+        result = results["data_path"]
+        lines += ["Data path, plain loop at batch 64:", "", "| pipeline | epoch (s) |", "|---|---|"]
+        for name, summary in result["epoch_seconds"].items():
+            lines.append(f"| {name} | {summary['median']:.2f} ({summary['best']:.2f}) |")
+        speedup = result["speedup"]
+        lines.append(
+            f"| speed-up, per-sample (0 workers) / tensor | {speedup['median']:.1f}x ({speedup['best']:.1f}x) |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default="data")
-    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data_dir", required=True, help="a writable folder holding MNIST/raw/")
+    parser.add_argument("--repeats", type=int, default=5, help="alternated runs of each process (default: 5)")
+    parser.add_argument("--data_path_repeats", type=int, default=3, help="runs of each data pipeline (default: 3)")
+    groups = ["floor", "defaults", "batch64", "data_path"]
+    parser.add_argument("--only", nargs="+", choices=groups, default=groups, help="measure only these groups")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="OMP_NUM_THREADS for every process measured (default: unset, torch's own choice, one per core)",
+    )
+    parser.add_argument("--output", default=None, help="default: results/cpu.json (cpu_threads<N>.json with --threads)")
     args = parser.parse_args()
+    if args.threads:  # inherited by every process started from here
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    args.output = args.output or str(RESULTS / (f"cpu_threads{args.threads}.json" if args.threads else "cpu.json"))
+    args.data_dir = str(Path(args.data_dir).resolve())  # the train.py processes run in the repository's root
+    results: dict = {}
+    if Path(args.output).is_file() and set(args.only) != set(groups):  # update those groups, keep the others
+        results = json.loads(Path(args.output).read_text())
+        results.setdefault("earlier_commands", []).append(results.get("command"))
+    results |= {"command": shlex.join(["python", "benchmarks/run.py", *sys.argv[1:]]), "machine": machine()}
+    results["threads"] = args.threads or torch.get_num_threads()
+    results["load_average_before"] = os.getloadavg()
+    measures = {
+        "floor": lambda work: floor(args, work),
+        "defaults": lambda work: rungs(args, work),
+        "batch64": lambda work: rungs(args, work, "--batch_size", "64", "--max_epochs", "3"),
+        "data_path": lambda work: data_path(args, work),
+    }
     with TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        results = {
-            "machine": {
-                "platform": platform.platform(),
-                "cpus": torch.get_num_threads(),
-                "gpu": torch.cuda.get_device_name() if args.accelerator == "gpu" else None,
-                "torch": torch.__version__,
-            },
-            "data_path_batch64": data_path(args, work / "data"),
-            "defaults": lightning_vs_plain(args, work / "defaults"),
-            "batch64": lightning_vs_plain(args, work / "b64", "--batch_size", "64", "--max_epochs", "3"),
-            "default_train": default_train(args, work),
-        }
-    write_json(RESULTS / f"{args.accelerator}.json", results)
+        for name in args.only:
+            start = time.perf_counter()
+            load_before = os.getloadavg()
+            results[name] = measures[name](Path(tmp) / name)
+            results[name]["load_average"] = {"before": load_before, "after": os.getloadavg()}
+            print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    results["load_average_after"] = os.getloadavg()
+    write_json(args.output, results)
     print(markdown(results))
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Predict digits for images, folders of images or IDX files.
+"""Predict digits for pictures (any size, colours or polarity), folders of them, or IDX files.
 
-python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt digit.png folder/ t10k-images-idx3-ubyte.gz
+python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt digit.png photos/ t10k-images-idx3-ubyte.gz
+python scripts/predict.py --ckpt_path <ckpt> photos/ --output predictions.csv --quiet true      # for scripts
 """
 
 import sys

@@ -220,3 +220,12 @@ def test_evaluate_reports_a_bad_command_line_in_one_paragraph(capsys):
     assert evaluate_main(["--batch_size", "abc"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Error: --batch_size abc is not a whole number") and "usage:" not in err
+
+
+def test_export_into_an_existing_file_is_refused_before_any_work(tmp_path, capsys):
+    from mnist_lightning.export import main as export_main
+
+    (tmp_path / "a_file").write_text("")
+    assert export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--output_dir", str(tmp_path / "a_file")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "a_file cannot be written" in err and "is not a folder" in err and "Traceback" not in err

@@ -1,7 +1,9 @@
 """Export the trained SimpleNN for serving without Lightning: torch.export (.pt2) and, with the onnx extra, ONNX.
 
-Both take normalized images, float32 [batch, 1, 28, 28] (``mnist.normalize`` of uint8 pixels, MNIST polarity:
-white digit on black), with any batch size, and return the 10 class scores (logits).
+Both take normalized images, float32 [batch, 1, 28, 28], with any batch size, and return the 10 class scores
+(the ONNX output is named ``logits``). ``preprocessing.json`` beside them says how to make those images from
+a picture, step by step (``preprocessing.STEPS``, with the training data's mean and std), and from an MNIST
+digit (uint8 [28, 28], light ink on black: the normalization alone).
 """
 
 import importlib.util
@@ -11,10 +13,11 @@ from pathlib import Path
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
+from . import preprocessing
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS
 from .errors import UserError, run_main
-from .records import write_json
+from .records import check_writable, write_json
 
 FORMATS = ("pt2", "onnx")
 
@@ -27,15 +30,33 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def preprocessing_spec(mean: float, std: float) -> dict:
+    """What preprocessing.json holds: the model's input, and every step from a picture to it, in order."""
+    return {
+        "input": {"name": "images", "dtype": "float32", "shape": ["batch", 1, 28, 28]},
+        "output": {"name": "logits", "dtype": "float32", "shape": ["batch", 10], "meaning": "class scores, 0-9"},
+        "normalize": {"mean": mean, "std": std, "formula": "(uint8 / 255 - mean) / std"},
+        "from_mnist_digit": "A digit already in MNIST's form (uint8 [28, 28], light ink on black, as in the IDX "
+        "files) needs only the normalize step.",
+        "from_picture": {
+            "reference": "mnist_lightning.preprocessing.to_model_input (numpy, Pillow and torch; the file depends on "
+            "nothing else in this project and can be copied on its own)",
+            "no_ink": "A picture with no ink (blank, one colour, only noise) has no digit: report it as blank.",
+            "steps": preprocessing.STEPS,
+        },
+    }
+
+
 def export(config: Namespace) -> dict[str, Path]:
     unknown = set(config.formats) - set(FORMATS)
     if unknown:
         raise UserError(f"--formats {sorted(unknown)} unknown; choose from {list(FORMATS)}.")
     if "onnx" in config.formats and not all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript")):
         raise UserError('ONNX export needs the onnx extra: pip install -e ".[onnx]" (or pass --formats [pt2]).')
+    output_dir = Path(config.output_dir) if config.output_dir else Path(config.ckpt_path).resolve().parent / "exports"
+    check_writable(output_dir)  # before any work: an existing file or a read-only folder there
     checkpoint = load_checkpoint(config.ckpt_path)
     net = checkpoint.model.net.eval()  # the plain nn.Module; Lightning stays behind
-    output_dir = Path(config.output_dir) if config.output_dir else Path(config.ckpt_path).resolve().parent / "exports"
     output_dir.mkdir(parents=True, exist_ok=True)
     example = (torch.zeros(2, 1, 28, 28),)
     dynamic = {"images": {0: torch.export.Dim("batch")}}
@@ -45,13 +66,11 @@ def export(config: Namespace) -> dict[str, Path]:
         torch.export.save(torch.export.export(net, example, dynamic_shapes=dynamic), paths["pt2"])
     if "onnx" in config.formats:
         paths["onnx"] = output_dir / "model.onnx"
-        options = {"dynamo": True, "dynamic_shapes": dynamic, "input_names": ["images"], "external_data": False}
-        torch.onnx.export(net, example, paths["onnx"], **options)
+        options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False}
+        torch.onnx.export(net, example, paths["onnx"], dynamo=True, dynamic_shapes=dynamic, **options)
     data = checkpoint.datamodule
-    write_json(
-        output_dir / "preprocessing.json",
-        {"input": "float32 [batch, 1, 28, 28]", "normalize": {"mean": data.mean, "std": data.std, "scale": 1 / 255}},
-    )
+    paths["preprocessing"] = output_dir / "preprocessing.json"
+    write_json(paths["preprocessing"], preprocessing_spec(data.mean, data.std))
     for name, path in paths.items():
         print(f"{name}: {path}")
     return paths

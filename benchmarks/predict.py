@@ -1,0 +1,251 @@
+#!/usr/bin/env python
+"""Measure predict.py on pictures of MNIST test digits: accuracy per kind of picture, and throughput.
+
+    python benchmarks/predict.py --data_dir data        # writes results/predict_cpu.json and results/predict_cpu.md
+
+1. Accuracy per kind of picture: for each kind in tests/test_preprocessing.py (a scan, a phone photo, coloured
+   ink, a tiny or a huge picture, transparency...) and a thin pen, --per_kind test digits drawn at random are
+   saved as picture files and read by predict.py. Beside each, the same digits in MNIST form (an IDX file of
+   them, also through predict.py) and how often the two predictions agree.
+2. MNIST's 10,000 test digits saved as 28x28 PNG files against the IDX file: accuracy of each, agreement.
+3. Throughput of predict.py in images per second, whole command in this process (checkpoint loading and the
+   Trainer included), best of --repeats: picture files of two kinds, and the 10,000-image IDX file.
+
+Without --ckpt_path, a checkpoint is trained first with the defaults (scripts/train.py).
+"""
+
+import argparse
+import io
+import json
+import platform
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the picture kinds are the tests' own
+
+from helpers import write_idx  # noqa: E402
+from test_preprocessing import KINDS, ink, mnist_test_set, placed, saved  # noqa: E402
+
+from mnist_lightning.predict import main as predict_main  # noqa: E402
+from mnist_lightning.records import write_json  # noqa: E402
+from mnist_lightning.train import main as train_main  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def skeleton(mask: np.ndarray) -> np.ndarray:
+    """The centre line of a boolean mask, one pixel wide (Zhang and Suen's thinning)."""
+    m = np.pad(mask.astype(np.uint8), 1)
+    ring = [(-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1), (-1, -1)]  # P2..P9, clockwise from north
+    while True:
+        removed = False
+        for first_pass in (True, False):
+            p = [np.roll(m, (-dy, -dx), axis=(0, 1)) for dy, dx in ring]
+            neighbours = sum(p)
+            transitions = sum((p[i] == 0) & (p[(i + 1) % 8] == 1) for i in range(8))
+            if first_pass:
+                corner = (p[0] * p[2] * p[4] == 0) & (p[2] * p[4] * p[6] == 0)
+            else:
+                corner = (p[0] * p[2] * p[6] == 0) & (p[0] * p[4] * p[6] == 0)
+            remove = (m == 1) & (neighbours >= 2) & (neighbours <= 6) & (transitions == 1) & corner
+            if remove.any():
+                m[remove] = 0
+                removed = True
+        if not removed:
+            return m[1:-1, 1:-1].astype(bool)
+
+
+def thin_pen(digit: np.ndarray, rng: np.random.Generator) -> Image.Image:
+    """The digit redrawn along its centre line with a 1.5-4 px pen, 150-300 px tall, on a larger page; JPEG.
+    Not the same digit: MNIST's writers used pens of many widths, and a centre line loses each stroke's shape."""
+    size, pen = int(rng.integers(150, 300)), rng.uniform(1.5, 4)
+    line = skeleton(ink(digit, 112) >= 0.5)
+    scale, width = 4 * size / 112, max(1, round(4 * pen))  # drawn at 4x, then shrunk: anti-aliased
+    canvas = Image.new("L", (4 * size, 4 * size), 0)
+    draw = ImageDraw.Draw(canvas)
+    on = set(zip(*np.nonzero(line), strict=True))
+    for y, x in on:
+        cy, cx = (y + 0.5) * scale, (x + 0.5) * scale
+        draw.ellipse((cx - width / 2, cy - width / 2, cx + width / 2, cy + width / 2), fill=255)
+        for dy, dx in ((0, 1), (1, 0), (1, 1), (1, -1)):
+            if (y + dy, x + dx) in on:
+                draw.line((cx, cy, (x + dx + 0.5) * scale, (y + dy + 0.5) * scale), fill=255, width=width)
+    coverage = np.asarray(canvas.resize((size, size), Image.Resampling.BOX), dtype=np.float32) / 255
+    page = placed(coverage, size + int(rng.integers(40, 300)), rng)
+    return saved(np.stack([255 - 235 * page, 255 - 235 * page, 255 - 195 * page], axis=2), "JPEG", quality=90)
+
+
+KIND_NOTES = {name: " ".join(kind.__doc__.split()) for name, kind in KINDS.items()}
+KIND_NOTES["thin_pen"] = "The digit's centre line redrawn with a 1.5-4 px pen (not the same digit's shape), JPEG."
+
+
+def write_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:
+    folder.mkdir(parents=True)
+    paths = []
+    for i, picture in enumerate(pictures):
+        path = folder / f"{i:05d}{'.jpg' if picture.format == 'JPEG' else '.png'}"
+        path.write_bytes(picture.file_bytes)
+        paths.append(path)
+    return paths
+
+
+def predict(ckpt: str, inputs: list[Path], output: Path) -> tuple[list[dict], float]:
+    """predict.py's rows for ``inputs`` (quiet, JSON output) and the seconds the whole command took."""
+    start = time.perf_counter()
+    code = predict_main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output), "--quiet", "true"])
+    seconds = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"predict.py failed with exit status {code}")
+    return json.loads(output.read_text())["predictions"], seconds
+
+
+def accuracy(rows: list[dict], labels: np.ndarray) -> float:
+    return float(np.mean([row["prediction"] == label for row, label in zip(rows, labels, strict=True)]))
+
+
+def per_kind(args, ckpt: str, images: np.ndarray, labels: np.ndarray, work: Path) -> dict:
+    kinds = {**{name: kind for name, kind in KINDS.items() if name != "mnist_png"}, "thin_pen": thin_pen}
+    results = {}
+    for number, (name, kind) in enumerate(kinds.items()):
+        rng = np.random.default_rng(args.seed + number)
+        chosen = rng.choice(len(images), args.per_kind, replace=False)
+        paths = write_pictures(work / name, [kind(images[i], rng) for i in chosen])
+        write_idx(work / f"{name}-idx3-ubyte", images[chosen])
+        from_pictures, _ = predict(ckpt, paths, work / f"{name}.json")
+        in_mnist_form, _ = predict(ckpt, [work / f"{name}-idx3-ubyte"], work / f"{name}-idx.json")
+        results[name] = {
+            "pictures": len(chosen),
+            "accuracy": accuracy(from_pictures, labels[chosen]),
+            "mnist_form_accuracy": accuracy(in_mnist_form, labels[chosen]),
+            "agreement": float(
+                np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_pictures, in_mnist_form, strict=True)])
+            ),
+            "blank": sum(row["status"] == "blank" for row in from_pictures),
+            "uncertain": sum(row["status"] == "uncertain" for row in from_pictures),
+        }
+        print(f"{name}: {results[name]}", flush=True)
+    return results
+
+
+def png_against_idx(ckpt: str, images: np.ndarray, labels: np.ndarray, idx: Path, work: Path) -> dict:
+    folder = work / "mnist_png"
+    folder.mkdir()
+    for i, digit in enumerate(images):
+        Image.fromarray(digit).save(folder / f"{i:05d}.png")
+    from_png, _ = predict(ckpt, [folder], work / "png.json")
+    from_idx, _ = predict(ckpt, [idx], work / "idx.json")
+    return {
+        "digits": len(images),
+        "png_accuracy": accuracy(from_png, labels),
+        "idx_accuracy": accuracy(from_idx, labels),
+        "agreement": float(
+            np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_png, from_idx, strict=True)])
+        ),
+    }
+
+
+def throughput(args, ckpt: str, images: np.ndarray, idx: Path, work: Path) -> dict:
+    rng = np.random.default_rng(args.seed)
+    cases = {}
+    for name, count in (("scan", 400), ("phone_photo", 100)):
+        chosen = rng.choice(len(images), count, replace=False)
+        cases[f"{name} files"] = write_pictures(work / f"speed_{name}", [KINDS[name](images[i], rng) for i in chosen])
+    cases["IDX file (t10k-images-idx3-ubyte.gz)"] = [idx]
+    results = {}
+    for name, inputs in cases.items():
+        runs = []
+        for _ in range(args.repeats):
+            rows, seconds = predict(ckpt, inputs, work / "speed.json")
+            runs.append(seconds)
+        results[name] = {"images": len(rows), "seconds": runs, "images_per_second": len(rows) / min(runs)}
+        print(f"{name}: {results[name]['images_per_second']:.0f} images/s", flush=True)
+    return results
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"predict.py on pictures of MNIST test digits; checkpoint test accuracy {result['checkpoint_test_acc']:.2%}",
+        "",
+        "| kind of picture | pictures | accuracy | same digits in MNIST form | difference | agreement |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in result["per_kind"].items():
+        difference = 100 * (row["accuracy"] - row["mnist_form_accuracy"])
+        lines.append(
+            f"| {name} | {row['pictures']} | {row['accuracy']:.2%} | {row['mnist_form_accuracy']:.2%} | "
+            f"{difference:+.1f} | {row['agreement']:.1%} |"
+        )
+    total = result["photo_like_total"]
+    lines.append(
+        f"| **all but thin_pen** | {total['pictures']} | {total['accuracy']:.2%} | {total['mnist_form_accuracy']:.2%} "
+        f"| {100 * (total['accuracy'] - total['mnist_form_accuracy']):+.1f} | {total['agreement']:.1%} |"
+    )
+    png = result["png_against_idx"]
+    lines += [
+        "",
+        f"MNIST's {png['digits']:,} test digits as 28x28 PNG files: {png['png_accuracy']:.2%}; the IDX file: "
+        f"{png['idx_accuracy']:.2%}; same prediction for {png['agreement']:.2%} of them.",
+        "",
+        "| predict.py on | images | images per second |",
+        "|---|---|---|",
+    ]
+    for name, row in result["throughput"].items():
+        lines.append(f"| {name} | {row['images']:,} | {row['images_per_second']:,.0f} |")
+    lines += ["", "| kind | what |", "|---|---|"]
+    lines += [f"| {name} | {KIND_NOTES[name]} |" for name in result["per_kind"]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", required=True, help="Folder holding MNIST/raw/ (the four original files).")
+    parser.add_argument("--ckpt_path", default=None, help="Default: train one with scripts/train.py's defaults.")
+    parser.add_argument("--per_kind", type=int, default=400, help="Pictures of each kind.")
+    parser.add_argument("--repeats", type=int, default=3, help="Throughput: best of this many runs.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=str(RESULTS / "predict_cpu.json"))
+    args = parser.parse_args()
+    images, labels = mnist_test_set(args.data_dir)
+    idx = Path(args.data_dir) / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz"
+    if not idx.exists():
+        idx = idx.with_suffix("")
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        ckpt = args.ckpt_path
+        if ckpt is None:
+            with redirect_stdout(io.StringIO()):
+                assert (
+                    train_main(["--data_dir", args.data_dir, "--output_dir", str(work / "run"), "--quiet", "true"]) == 0
+                )
+            ckpt = json.loads((work / "run" / "metrics.json").read_text())["best_checkpoint"]
+        test_rows, _ = predict(ckpt, [idx], work / "test.json")
+        result = {
+            "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+            "command": "python benchmarks/predict.py " + " ".join(sys.argv[1:]),
+            "checkpoint_test_acc": accuracy(test_rows, labels),
+            "per_kind": per_kind(args, ckpt, images, labels, work),
+        }
+        photo_like = [row for name, row in result["per_kind"].items() if name != "thin_pen"]
+        pictures = sum(row["pictures"] for row in photo_like)
+        result["photo_like_total"] = {"pictures": pictures} | {
+            measure: sum(row[measure] * row["pictures"] for row in photo_like) / pictures
+            for measure in ("accuracy", "mnist_form_accuracy", "agreement")
+        }
+        result["png_against_idx"] = png_against_idx(ckpt, images, labels, idx, work)
+        result["throughput"] = throughput(args, ckpt, images, idx, work)
+    write_json(args.output, result)
+    table = markdown(result)
+    Path(args.output).with_suffix(".md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

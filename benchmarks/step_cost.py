@@ -1,0 +1,426 @@
+#!/usr/bin/env python
+"""Lightning's fixed cost per training step, and what it is made of, against the plain loop, in one process.
+
+    python benchmarks/step_cost.py --data_dir <MNIST root> --batch_size 64 --repeats 5
+    # writes benchmarks/results/step_cost_cpu.json
+
+Every configuration trains SimpleNN on the same device-resident batches with the same optimizer and schedule;
+each is timed over the training batches of an epoch only (from the epoch's start to the start of its
+validation), epoch 0 (warm-up) left out. The Lightning rows add one feature at a time, from a bare Trainer
+(``training_step`` returns the loss; no logger, checkpoints, progress bar or summary) up to the template's own
+Trainer as ``scripts/train.py`` builds it (``cli.build_training``), so the difference between neighbouring rows
+is what a feature costs per step. Only public Lightning API is used: Trainer arguments, callbacks, loggers.
+
+Configurations take turns (their order reversed every other repeat); each figure is the median over the
+repeats, in wall time and in CPU time of the process (all threads). CPU time does not grow while other
+processes hold the cores, so on a shared machine it is the steadier of the two; with ``--threads 1`` it is
+what the wall time would be on a quiet machine. Output goes to a pseudo-terminal, so progress bars draw as they
+would in a shell. ``--calls`` adds the Python function calls per training step of each configuration
+(cProfile, main thread: exact counts, unlike times).
+"""
+
+import argparse
+import cProfile
+import fcntl
+import functools
+import gc
+import os
+import pstats
+import pty
+import shlex
+import statistics
+import struct
+import sys
+import termios
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import torch
+import torch.nn.functional as F
+from lightning.fabric import Fabric
+from lightning.pytorch import Callback, Trainer
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
+
+from mnist_lightning import plain_pytorch, train_fabric
+from mnist_lightning.callbacks import EpochHistory, ScheduleLength
+from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint
+from mnist_lightning.cli import build_training, parse_args
+from mnist_lightning.datamodule import MNISTDataModule
+from mnist_lightning.lightning_module import MNISTClassifier
+from mnist_lightning.model import SimpleNN
+from mnist_lightning.optim import build_optimizer, build_schedule
+from mnist_lightning.records import write_json
+
+RESULTS = Path(__file__).parent / "results"
+Clocks = list[tuple[float, float]]  # (wall, CPU) seconds of each epoch's training batches
+
+
+class BareStep(MNISTClassifier):
+    """The loss only: no metric, no ``self.log``."""
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        return F.cross_entropy(self(images), labels, reduction="none").mean()
+
+
+class LogOncePerEpoch(MNISTClassifier):
+    """The template's step without its per-step ``self.log``: the MeanMetric is logged once, at the epoch's end."""
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        losses = F.cross_entropy(self(images), labels, reduction="none")
+        self.train_loss.update(losses.detach())
+        return losses.mean()
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train/loss", self.train_loss, prog_bar=True)
+
+
+class LogEveryStep(MNISTClassifier):
+    """The common idiom: the step's loss logged on every step, for the bar, the logger and the epoch mean."""
+
+    def training_step(self, batch, batch_idx):
+        images, labels = batch
+        loss = F.cross_entropy(self(images), labels)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        return loss
+
+
+def clocks() -> tuple[float, float]:
+    """Wall time, and the CPU time of this process (all its threads): the second does not grow while other
+    processes on a shared machine hold the cores, the first does."""
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: tuple[float, float]) -> tuple[float, float]:
+    return tuple(now - then for now, then in zip(clocks(), start, strict=True))
+
+
+class TrainingClock(Callback):
+    """(wall, CPU) seconds from each epoch's start to the start of its validation: the training batches only."""
+
+    def __init__(self) -> None:
+        self.seconds: list[tuple[float, float]] = []
+        self._start = (0.0, 0.0)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._start = clocks()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.seconds.append(since(self._start))
+
+
+# Cumulative: each Trainer row adds one feature to the row above it.
+TRAINER_ROWS = [
+    ("Trainer: training_step returns the loss; no logger, checkpoints, bar or summary", {}),
+    ("+ the template's training_step: MeanMetric.update and self.log(metric, on_epoch=True)", {"module": "template"}),
+    ("+ CSVLogger, written every 10 steps", {"logger": True}),
+    ("+ LearningRateMonitor, every step", {"lr_monitor": True}),
+    ("+ checkpoints: best (ModelCheckpoint) and last.ckpt (LastCheckpoint), atomic writes", {"checkpoints": True}),
+    ("+ EpochHistory and ScheduleLength (the template's callbacks)", {"history": True}),
+    ("+ model summary", {"summary": True}),
+    ("+ TQDMProgressBar (Lightning's default bar without rich)", {"bar": "tqdm"}),
+]
+TEMPLATE_ROWS = [
+    "template: the Trainer of scripts/train.py (cli.build_training); RichProgressBar, rich being installed",
+    "template, --enable_progress_bar false",
+]
+# Not part of the ladder: what one change to a row above would do.
+DIAGNOSTIC_ROWS = [  # (name, the Trainer row changed, or None for the template; the change; NVML check on)
+    ("bare Trainer with torch's cached CUDA check, as in a process without Lightning", 0, {}, False),
+    (
+        "the template's training_step, but the MeanMetric logged once per epoch (on_train_epoch_end)",
+        1,
+        {"module": "once"},
+        True,
+    ),
+    ("template, but self.log(loss, on_step=True, on_epoch=True, prog_bar=True) every step", None, {}, True),
+]
+MODULES = {"bare": BareStep, "template": MNISTClassifier, "once": LogOncePerEpoch}
+# Lightning's import sets this (lightning/fabric/__init__.py) so that no CUDA check initializes CUDA before a
+# fork; torch then asks NVML afresh at every torch.cuda.is_available(), which every Optimizer.step calls.
+# A process that never imports Lightning (the plain loop) has torch's cached check.
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+@contextmanager
+def terminal() -> Iterator[None]:
+    """stdout and stderr go to a 120x40 pseudo-terminal (drained and dropped) for the duration."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+
+    def drain() -> None:
+        while True:
+            try:
+                if not os.read(leader, 1 << 16):
+                    return
+            except OSError:
+                return
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(follower, 1)
+    os.dup2(follower, 2)
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(follower)
+        reader.join(timeout=5)
+        os.close(leader)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def plain_args(args, module) -> argparse.Namespace:
+    flags = ["--data_dir", args.data_dir, "--batch_size", str(args.batch_size), "--max_epochs", str(args.epochs)]
+    return module.build_parser().parse_args(flags)
+
+
+def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
+    """The plain loop of plain_pytorch.py: its train_epoch, epoch after epoch."""
+    settings = plain_args(args, plain_pytorch)
+    device = torch.device("cpu")
+    loaders = plain_pytorch.build_loaders(settings, device)
+    torch.manual_seed(42)
+    model = SimpleNN().to(device)
+    optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
+    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
+    seconds = []
+    for epoch in range(args.epochs):
+        loaders["train"].sampler.set_epoch(epoch)
+        if profile and epoch == 1:
+            profile.enable()
+        start = clocks()
+        plain_pytorch.train_epoch(model, loaders["train"], optimizer, schedule, device)
+        seconds.append(since(start))
+        if profile:
+            profile.disable()
+    return seconds
+
+
+def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
+    """The loop of train_fabric.py: its train_epoch with Fabric's backward and the model Fabric set up."""
+    settings = plain_args(args, train_fabric)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    loaders = train_fabric.build_loaders(settings, fabric)
+    torch.manual_seed(42)
+    model = SimpleNN()
+    optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
+    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
+    model, optimizer = fabric.setup(model, optimizer)
+    seconds = []
+    for epoch in range(args.epochs):
+        loaders["train"].sampler.set_epoch(epoch)
+        if profile and epoch == 1:
+            profile.enable()
+        start = clocks()
+        train_fabric.train_epoch(model, loaders["train"], optimizer, schedule, fabric)
+        seconds.append(since(start))
+        if profile:
+            profile.disable()
+    return seconds
+
+
+def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | None = None, **change) -> Clocks:
+    """The first ``level + 1`` Trainer rows' features together (with ``change`` on top)."""
+    features: dict = {"module": "bare"}
+    for _, feature in TRAINER_ROWS[: level + 1]:
+        features |= feature
+    features |= change
+    clock = ProfiledClock(profile) if profile else TrainingClock()
+    callbacks: list[Callback] = [clock]
+    if features.get("lr_monitor"):
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    if features.get("history"):
+        callbacks += [EpochHistory(), ScheduleLength()]
+    if features.get("checkpoints"):
+        best = ModelCheckpoint(
+            dirpath=work / "checkpoints",
+            filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
+            auto_insert_metric_name=False,
+            monitor="val/acc",
+            mode="max",
+        )
+        callbacks += [best, LastCheckpoint(work / "checkpoints", "resume")]
+    if features.get("bar"):
+        callbacks.append(TQDMProgressBar())
+    torch.manual_seed(42)
+    model = MODULES[features["module"]]()
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=args.epochs,
+        default_root_dir=work,
+        logger=CSVLogger(work, name="logs", version="") if features.get("logger") else False,
+        log_every_n_steps=10,
+        callbacks=callbacks,
+        enable_checkpointing=bool(features.get("checkpoints")),
+        plugins=[AtomicCheckpointIO()] if features.get("checkpoints") else None,
+        enable_progress_bar=bool(features.get("bar")),
+        enable_model_summary=bool(features.get("summary")),
+    )
+    trainer.fit(model, datamodule=MNISTDataModule(args.data_dir, batch_size=args.batch_size))
+    return clock.seconds
+
+
+def template_epochs(variant: int, args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
+    """The Trainer, model and data module exactly as scripts/train.py builds them: as they are (variant 0),
+    without progress bar (1), or with the model's loss logged on every step (2)."""
+    flags = ["--data_dir", args.data_dir, "--batch_size", str(args.batch_size), "--max_epochs", str(args.epochs)]
+    flags += ["--output_dir", str(work / "run")]
+    if variant == 1:
+        flags += ["--enable_progress_bar", "false"]
+    training = build_training(parse_args(flags))
+    clock = ProfiledClock(profile) if profile else TrainingClock()
+    training.trainer.callbacks.append(clock)
+    model = training.model
+    if variant == 2:
+        settings = {name: value for name, value in model.hparams.items() if name != "net" and name[0] != "_"}
+        model = LogEveryStep(net=model.net, **settings)
+    training.trainer.fit(model, datamodule=training.datamodule)
+    return clock.seconds
+
+
+class ProfiledClock(TrainingClock):
+    """TrainingClock that also runs a profiler over the training batches of epoch 1."""
+
+    def __init__(self, profile: cProfile.Profile) -> None:
+        super().__init__()
+        self.profile = profile
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        if trainer.current_epoch == 1:
+            self.profile.enable()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.profile.disable()
+        super().on_validation_start(trainer, pl_module)
+
+
+def configurations() -> dict[str, tuple[Callable, bool]]:
+    """Row name: (what runs it, whether Lightning's NVML-based CUDA check is on, as in a Lightning process)."""
+    rows: dict[str, tuple[Callable, bool]] = {"plain PyTorch loop (plain_pytorch.train_epoch)": (plain_epochs, False)}
+    rows["Fabric loop (train_fabric.train_epoch)"] = (fabric_epochs, True)
+    for level, (name, _) in enumerate(TRAINER_ROWS):
+        rows[name] = (functools.partial(trainer_epochs, level), True)
+    for variant, name in enumerate(TEMPLATE_ROWS):
+        rows[name] = (functools.partial(template_epochs, variant), True)
+    for name, level, change, nvml in DIAGNOSTIC_ROWS:
+        run = template_epochs if level is None else trainer_epochs
+        rows[name] = (functools.partial(run, 2 if level is None else level, **change), nvml)
+    return rows
+
+
+def run_row(row: tuple[Callable, bool], args, profile: cProfile.Profile | None = None) -> Clocks:
+    run, nvml = row
+    os.environ[NVML_CHECK] = "1" if nvml else "0"
+    gc.collect()
+    with TemporaryDirectory() as tmp, terminal():
+        return run(args, Path(tmp), profile=profile)
+
+
+def calls_per_step(row: tuple[Callable, bool], args, steps: int) -> dict:
+    """Python function calls per training step in epoch 1, and the files that make most of them."""
+    profile = cProfile.Profile()
+    run_row(row, args, profile)
+    stats = pstats.Stats(profile)
+    total = sum(entry[1] for entry in stats.stats.values())  # (primitive calls, total calls, ...)
+    by_file: dict[str, int] = {}
+    for (filename, _, _), entry in stats.stats.items():
+        marker = "site-packages/"
+        name = filename.split(marker, 1)[1] if marker in filename else filename
+        by_file[name] = by_file.get(name, 0) + entry[1]
+    top = sorted(by_file.items(), key=lambda item: -item[1])[:8]
+    return {"calls": total / steps, "top_files": {name: count / steps for name, count in top}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", required=True, help="a folder holding MNIST/raw/ (extracted by a first run)")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=3, help="per configuration and repeat; epoch 0 is left out")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", action="store_true", help="also count Python function calls per step")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
+    parser.add_argument("--output", default=None, help="default: results/step_cost_cpu[_threads<N>].json")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    suffix = f"_threads{args.threads}" if args.threads else ""
+    args.output = args.output or str(RESULTS / f"step_cost_cpu{suffix}.json")
+    rows = configurations()
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+    load_before = os.getloadavg()
+    for repeat in range(args.repeats):
+        for name in list(rows) if repeat % 2 == 0 else reversed(list(rows)):
+            epochs = run_row(rows[name], args)[1:]  # epoch 0 (warm-up) left out
+            runs[name].append(tuple(statistics.median(clock) for clock in zip(*epochs, strict=True)))
+    steps = -(-(60_000 - 5_000) // args.batch_size)  # MNIST's training images less the validation set
+    plain_row = "plain PyTorch loop (plain_pytorch.train_epoch)"
+    plain = [statistics.median(clock) for clock in zip(*runs[plain_row], strict=True)]
+    table = {}
+    for name, values in runs.items():
+        walls, cpus = zip(*values, strict=True)
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        table[name] = {
+            "epoch_seconds": wall,
+            "ratio_to_plain": wall / plain[0],
+            "step_us": 1e6 * wall / steps,
+            "extra_us_per_step": 1e6 * (wall - plain[0]) / steps,
+            "cpu_epoch_seconds": cpu,
+            "cpu_ratio_to_plain": cpu / plain[1],
+            "cpu_step_us": 1e6 * cpu / steps,
+            "cpu_extra_us_per_step": 1e6 * (cpu - plain[1]) / steps,
+            "runs": {"wall": walls, "cpu": cpus},
+        }
+    if args.calls:
+        for name, row in rows.items():
+            table[name] |= calls_per_step(row, args, steps)
+    result = {
+        "command": shlex.join(["python", "benchmarks/step_cost.py", *sys.argv[1:]]),
+        "batch_size": args.batch_size,
+        "training_steps_per_epoch": steps,
+        "repeats": args.repeats,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+        "rows": table,
+    }
+    write_json(args.output, result)
+    print(markdown(result))
+
+
+def markdown(result: dict) -> str:
+    calls = "calls" in next(iter(result["rows"].values()))
+    lines = [
+        f"batch {result['batch_size']}, {result['training_steps_per_epoch']} training steps per epoch, "
+        f"{result['torch_threads']} torch thread(s), median of {result['repeats']} alternated repeats",
+        "",
+        "| configuration | epoch, training batches (s) | / plain | extra µs per step | CPU µs per step | "
+        "extra CPU µs per step |" + (" Python calls per step |" if calls else ""),
+        "|---|---|---|---|---|---|" + ("---|" if calls else ""),
+    ]
+    for name, row in result["rows"].items():
+        lines.append(
+            f"| {name} | {row['epoch_seconds']:.3f} | {row['ratio_to_plain']:.2f}x | {row['extra_us_per_step']:+.0f} | "
+            f"{row['cpu_step_us']:.0f} | {row['cpu_extra_us_per_step']:+.0f} |"
+            + (f" {row['calls']:.0f} |" if calls else "")
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
