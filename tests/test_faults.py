@@ -6,6 +6,7 @@ import json
 import signal
 
 import pytest
+import torch
 from helpers import FAKE_VAL
 from interrupts import compare_runs, interrupt_and_resume, start, train_command
 from test_data_integrity import fake_data_with_sums
@@ -93,6 +94,24 @@ def test_ctrl_c_twice_stops_at_once_and_keeps_the_last_epoch(flags, tmp_path):
     assert process.returncode == 130 and "Traceback" not in stderr
     assert "Resume with:" in stderr  # last.ckpt of the epochs before (40 steps = 2 epochs) is there
     assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_ctrl_c_during_the_stop_save_keeps_the_previous_checkpoint(flags, uninterrupted, tmp_path):
+    # The second Ctrl-C lands while the first one's checkpoint is being written (step 50 is in epoch 2).
+    run = tmp_path / "run"
+    first = signal_at("SIGINT", "batch", tmp_path / "first", step=50)
+    second = signal_at("SIGINT", "checkpoint", tmp_path / "second", epoch=2)
+    second[0] = "--callbacks+"  # a second callback, appended
+    process = start(train_command([*flags, "--max_epochs", str(EPOCHS), *first, *second], run))
+    _, stderr = process.communicate(timeout=300)
+    assert (tmp_path / "second").exists() and process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "holds the progress saved before. Resume with:" in stderr
+    assert not list(run.glob("checkpoints/.*partial"))
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1  # end of epoch 1
+    resumed = start(train_command(["--ckpt_path", "last"], run))
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    assert_same_as_uninterrupted(run, uninterrupted)
 
 
 def test_random_moments_a_few_points(flags, uninterrupted, tmp_path):

@@ -119,11 +119,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.partial")
-        with open(temporary, "wb") as file:
-            torch.save(checkpoint, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as file:
+                torch.save(checkpoint, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except BaseException:  # Ctrl-C, a full disk: the previous checkpoint stays, and no partial file
+            temporary.unlink(missing_ok=True)
+            raise
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -206,19 +210,25 @@ class LastCheckpoint(ModelCheckpoint):
             stop_after_this_batch(trainer)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._restore_handlers()
         if not isinstance(exception, KeyboardInterrupt | SystemExit):
+            self._restore_handlers()
             return  # an error: the run failed, and its message says why
         path = Path(self.dirpath) / "last.ckpt"
         if isinstance(exception, KeyboardInterrupt):
             self.stop_signal = signal.SIGINT
         elif self.stop_signal is not None and not self._saved_for_stop:
-            trainer.save_checkpoint(path)  # stopped between batches: a consistent state
+            try:
+                trainer.save_checkpoint(path)  # stopped between batches: a consistent state
+                self._saved_for_stop = True
+            except KeyboardInterrupt:  # Ctrl-C again during the save: the previous last.ckpt stays
+                pass
+        self._restore_handlers()
         self.reported = True
         if not trainer.is_global_zero:
             return
         if path.is_file():
-            print(f"\nStopped; progress saved to {path}. Resume with:\n  {self.resume_hint}", file=sys.stderr)
+            saved = f"progress saved to {path}" if self._saved_for_stop else f"{path} holds the progress saved before"
+            print(f"\nStopped; {saved}. Resume with:\n  {self.resume_hint}", file=sys.stderr)
         else:
             print(
                 "\nStopped before the first epoch ended: there is no progress to resume. Run the same command "

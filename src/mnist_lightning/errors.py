@@ -3,6 +3,8 @@
 import argparse
 import importlib
 import math
+import os
+import signal
 import sys
 import textwrap
 from collections.abc import Callable
@@ -74,11 +76,24 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
 
 
 def run_script(module: str) -> int:
-    """What ``scripts/*.py`` run: import the entry point's module, then call its ``main()``. Importing torch and
-    Lightning is the slow part of start-up; Ctrl-C during it ends quietly, as it does later on."""
+    """What ``scripts/*.py`` run: import the entry point's module, then call its ``main()``.
+
+    Importing torch and Lightning is the slow part of start-up. A KeyboardInterrupt raised inside it can be
+    swallowed by a library's broad ``except`` and leave a half-imported module that fails later with a
+    misleading traceback; so until the imports are done, Ctrl-C ends the process at once (nothing has been
+    written yet), with the shell's status for it.
+    """
+
+    def interrupted_while_importing(signum: int, frame: object) -> None:
+        print("\nInterrupted.", file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED)
+
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not if the caller ignores Ctrl-C
+    if ours:
+        signal.signal(signal.SIGINT, interrupted_while_importing)
     try:
         main = importlib.import_module(module).main
-    except KeyboardInterrupt:
-        print("\nInterrupted.", file=sys.stderr)
-        return INTERRUPTED
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return main()
