@@ -26,5 +26,20 @@ def test_three_rungs_in_their_own_processes_are_bit_identical(fake_mnist, tmp_pa
 def test_a_failing_rung_is_reported_not_raised(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(RUNGS, "trainer", "json.tool")  # a module that exits non-zero at once on these flags
     flags = ["--data_dir", str(tmp_path / "nothing"), "--rungs", "trainer", "--output_dir", str(tmp_path / "c")]
-    assert main(flags) == 1
-    assert "The Trainer run failed" in " ".join(capsys.readouterr().err.split())
+    assert main(flags) == 2  # the rung's own exit status
+    err = " ".join(capsys.readouterr().err.split())
+    assert "The Trainer run failed: usage: python -m json.tool" in err and "--output_dir" not in err
+
+
+def test_bad_options_and_a_used_folder_are_refused_before_any_rung_runs(tmp_path, capsys):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "metrics.json").write_text("{}")
+    for flags, phrase in [
+        (["--repeats", "0"], "--repeats: 0 is out of range: it must be at least 1"),
+        (["--batch_size", "0"], "--batch_size: 0 is out of range"),
+        (["--output_dir", str(used)], "already holds files from an earlier run"),
+    ]:
+        assert main(["--data_dir", str(tmp_path), *flags]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert phrase in err and "Traceback" not in err and "--ckpt_path" not in err

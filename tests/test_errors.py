@@ -13,6 +13,18 @@ from mnist_lightning.train import main
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
     (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count", "usable GPU(s) and"]),
+    (["--accelerator", "gpux"], 2, ["Trainer settings are not valid", "--accelerator takes cpu, gpu"]),
+    (["--max_time", "soon"], 2, ["not a valid duration", "--help"]),
+    (["--lr", "inf"], 2, ["--lr inf is not a finite number"]),
+    (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
+    (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
+    (["--limit_train_batches", "0.00001"], 2, ["limit_train_batches", "Try at least"]),
+    (["--net", "torch.nn.Flatten"], 2, ["maps a batch of images of shape [2, 1, 28, 28] to [2, 784]", "[2, 10]"]),
+    (
+        ["--net", "torch.nn.Linear", "--net.in_features", "-1", "--net.out_features", "10"],
+        2,
+        ["--net torch.nn.Linear could not be built", "negative dimension"],
+    ),
     (["--devices", "-3"], 2, ["Trainer settings are not valid", "should be an int"]),
     (["--devices", "abc"], 2, ["Trainer settings are not valid"]),
     (["--accelerator", "tpux"], 2, ["invalid accelerator name", "cpu"]),
@@ -22,7 +34,7 @@ BAD_FLAGS = [
     (["--lr", "-1"], 2, ["learning rate (lr) must be a positive number", "got -1.0"]),
     (
         ["--val_size", "70000"],
-        1,
+        2,
         ["val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 70000"],
     ),
     (["--max_epochs", "-5"], 2, ["--max_epochs -5 is out of range: it must be at least -1"]),
@@ -97,13 +109,16 @@ def test_settings_that_train_nothing_report_no_accuracy(fake_mnist, tmp_path, ca
 
 
 def test_a_data_mistake_is_reported_before_lightnings_banners(fake_mnist, tmp_path, capfd):
-    assert run(fake_mnist, tmp_path / "run", "--val_size", "5000", "--quiet", "false") == 1
+    assert run(fake_mnist, tmp_path / "run", "--val_size", "5000", "--quiet", "false") == 2
     err = capfd.readouterr().err
     assert err.startswith("Error: val_size must be between 1 and 1199") and "GPU available" not in err
 
 
-def test_more_cpu_processes_than_cores_are_refused(fake_mnist, tmp_path, capsys):
-    flags = ["--accelerator", "cpu", "--devices", str(os.cpu_count() + 1), "--strategy", "ddp"]
+@pytest.mark.parametrize("accelerator", ["cpu", "auto"])
+def test_more_cpu_processes_than_cores_are_refused(fake_mnist, tmp_path, capsys, accelerator):
+    if accelerator == "auto" and (torch.cuda.is_available() or torch.backends.mps.is_available()):
+        pytest.skip("auto picks the GPU here")
+    flags = ["--accelerator", accelerator, "--devices", str(os.cpu_count() + 1), "--strategy", "ddp"]
     assert run(fake_mnist, tmp_path / "run", *flags) == 2
     assert f"this machine has {os.cpu_count()} cores" in one_line(capsys.readouterr().err)
 
@@ -114,6 +129,7 @@ def test_missing_mnist_without_network_names_the_folder_and_files(tmp_path, caps
     message = one_line(capsys.readouterr().err)
     assert code == 1
     assert str((tmp_path / "data" / "MNIST" / "raw").resolve()) in message
+    assert not message.endswith("What went wrong:") and not (tmp_path / "data").exists()  # no empty folders left
     for name in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
         assert name in message
     assert not (tmp_path / "run").exists()
@@ -171,11 +187,11 @@ def another_programs_files(folder) -> dict[str, object]:
     return {
         "missing": (folder / "missing.ckpt", "no such file"),
         "folder": (folder, "is a folder"),
-        "best": ("best", "no such file"),
+        "best": ("best", "no such file. Pass the file itself: a run's best weights are in <run>/checkpoints/best-"),
         "empty": (folder / "empty.ckpt", "is empty (0 bytes)"),
         "text": (folder / "notes.ckpt", "is not a PyTorch checkpoint"),
         "a dict": (folder / "a_dict.ckpt", "not a checkpoint written by scripts/train.py"),
-        "another model": (folder / "other_model.ckpt", "cannot rebuild"),
+        "another model": (folder / "other_model.ckpt", "weights of another network"),
     }
 
 

@@ -1,6 +1,7 @@
 """evaluate.py: a checkpoint tested again, anywhere, with the same result as at the end of training."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,27 @@ def test_a_truncated_checkpoint_is_a_clear_error_and_writes_nothing(trained, tmp
     err = one_line(capsys.readouterr().err)
     assert "is not a PyTorch checkpoint" in err and "damaged" in err and "Traceback" not in err
     assert not (tmp_path / "e").exists()
+
+
+def test_a_bad_batch_size_is_named_not_blamed_on_the_checkpoint(trained, tmp_path, capsys):
+    assert (
+        main(["--ckpt_path", trained["best_checkpoint"], "--batch_size", "0", "--output_dir", str(tmp_path / "e")]) == 2
+    )
+    err = one_line(capsys.readouterr().err)
+    assert err == "Error: batch_size must be at least 1, got 0." and not (tmp_path / "e").exists()
+
+
+def test_a_network_that_cannot_be_imported_is_named(fake_mnist, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    net = ["--net", "helpers.SmallCNN", "--net.channels", "2"]
+    assert train_main(["--data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN, *net]) == 0
+    monkeypatch.setitem(sys.modules, "helpers", None)  # as in a shell where the module is not on the path
+    assert main(["--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "was trained with the network helpers.SmallCNN, which cannot be built here" in err and "PYTHONPATH" in err
+
+
+def test_help_is_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "``" not in capsys.readouterr().out

@@ -58,11 +58,13 @@ def test_resuming_a_finished_run_says_so_and_how_to_train_longer(finished, capsy
     assert (finished / "metrics.json").read_text() == before
 
 
-def test_a_longer_max_epochs_extends_the_cosine_schedule(finished, tmp_path):
+def test_a_longer_max_epochs_extends_the_cosine_schedule(finished, tmp_path, recwarn):
     run = tmp_path / "run"
-    shutil.copytree(finished, run)
+    shutil.copytree(finished, run)  # a run folder copied elsewhere (another disk, off a cluster) resumes there
     assert resume(run, "--max_epochs", "4") == 0
+    assert not [str(w.message) for w in recwarn if "dirpath" in str(w.message)]
     metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["best_checkpoint"].startswith(str(run))  # the copy's own files, not the original's
     assert metrics["epochs"] == 4 and [row["epoch"] for row in metrics["history"]] == [0, 1, 2, 3]
     assert "max_epochs: 4" in (run / "config.yaml").read_text()  # the record says what was used
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -112,3 +114,48 @@ def test_a_diverged_run_stops_with_a_message_and_no_nan_records(data, tmp_path, 
     message = one_line(capsys.readouterr().err)
     assert code == 1 and "Training diverged" in message and "smaller --lr" in message
     assert not run.exists()  # it diverged in its first epoch: no checkpoint, so no folder is left
+
+
+def test_a_checkpoint_of_another_run_starts_a_new_run_from_its_weights(data, finished, tmp_path, recwarn):
+    # Even from a run that has trained all its epochs: the new run trains its own, with its own settings.
+    start = finished / "checkpoints" / "last.ckpt"
+    run = tmp_path / "finetuned"
+    assert main(flags(data, run, "--ckpt_path", str(start), "--lr", "0.001", "--lr_schedule", "constant")) == 0
+    assert not [str(w.message) for w in recwarn if "dirpath" in str(w.message)]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert [row["epoch"] for row in metrics["history"]] == [0, 1] and metrics["best_checkpoint"].startswith(str(run))
+    record = (run / "config.yaml").read_text()
+    assert f"ckpt_path: {start}" in record and "lr: 0.001" in record
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["optimizer_states"][0]["param_groups"][0]["lr"] == 0.001  # the lr recorded is the lr used
+    assert last["global_step"] == 2 * 10
+    # It started from the weights, not from scratch: its first epoch is already as good as the finished run.
+    first = json.loads((finished / "metrics.json").read_text())["history"]
+    assert metrics["history"][0]["val/loss"] < first[0]["val/loss"]
+
+
+def test_a_checkpoint_of_another_network_is_refused_with_the_flags_it_needs(data, tmp_path, capsys):
+    cnn = tmp_path / "cnn"
+    assert main(flags(data, cnn, "--max_epochs", "1", "--net", "helpers.SmallCNN", "--net.channels", "2")) == 0
+    capsys.readouterr()
+    assert main(flags(data, tmp_path / "run", "--ckpt_path", str(cnn / "checkpoints" / "last.ckpt"))) == 2
+    message = one_line(capsys.readouterr().err)
+    assert "weights of another network than this run's SimpleNN" in message
+    assert "--net helpers.SmallCNN --net.channels 2" in message and not (tmp_path / "run").exists()
+
+
+def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn):
+    run = tmp_path / "run"
+    # A run stopped by its time limit, --max_time given on its first command only.
+    assert main(flags(data, run, "--max_epochs", "1000", "--max_time", "00:00:00:01")) == 0
+    assert "max_time: null" in (run / "config.yaml").read_text()
+    stopped = json.loads((run / "metrics.json").read_text())["epochs"]
+    assert stopped < 1000
+    (run / "metrics.json").unlink()
+    # The same limit again: the whole run's training time is already over it, and the message says so.
+    assert resume(run, "--max_time", "00:00:00:01") == 2
+    assert "--max_time limits the whole run's training time" in one_line(capsys.readouterr().err)
+    # Without it, the resumed run trains to --max_epochs.
+    assert resume(run, "--max_epochs", str(stopped + 2)) == 0
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == stopped + 2
+    assert not [str(w.message) for w in recwarn if "Timer" in str(w.message)]

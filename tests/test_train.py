@@ -46,8 +46,9 @@ def test_main_returns_zero_and_prints_a_summary(fake_mnist, tmp_path, capsys):
     assert "Test accuracy" in out and str(tmp_path / "run") in out
 
 
-def test_a_normal_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_path, capfd):
-    assert main(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN]) == 0
+@pytest.mark.parametrize("flags", [[], ["--precision", "bf16-mixed", "--log_every_n_steps", "50"]])
+def test_a_normal_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_path, capfd, flags):
+    assert main(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN, *flags]) == 0
     err = capfd.readouterr().err.lower()
     for word in ("warning", "error", "traceback", "deprecat", "leak", "exists and is not empty", "tip:"):
         assert word not in err, err
@@ -106,3 +107,41 @@ def test_training_steps_do_not_read_values_back_from_the_device(fake_mnist, tmp_
     # 1,000 training images in batches of 10: 200 steps over 2 epochs, with the progress bar on.
     run(fake_mnist, tmp_path / "run", "--batch_size", "10", "--enable_progress_bar", "true")
     assert len(reads) < 100, f"{len(reads)} reads for 200 training steps"
+
+
+def test_limit_test_batches_zero_trains_and_says_it_did_not_test(fake_mnist, tmp_path, capsys):
+    assert (
+        main(
+            [
+                "--data_dir",
+                str(fake_mnist),
+                "--output_dir",
+                str(tmp_path / "run"),
+                *TINY_RUN,
+                "--limit_test_batches",
+                "0",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["test/acc"] is None and "Not tested (--limit_test_batches 0)" in out
+
+
+def test_without_validation_the_last_weights_are_tested_without_warnings(fake_mnist, tmp_path, capfd):
+    flags = [
+        "--data_dir",
+        str(fake_mnist),
+        "--output_dir",
+        str(tmp_path / "run"),
+        *TINY_RUN,
+        "--limit_val_batches",
+        "0",
+    ]
+    assert main(flags) == 0
+    err = capfd.readouterr().err
+    assert "Warning" not in err and "could not find the monitored key" not in err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["best_checkpoint"].endswith("last.ckpt") and metrics["test/acc"] is not None
+    assert [path.name for path in (tmp_path / "run" / "checkpoints").iterdir()] == ["last.ckpt"]

@@ -27,6 +27,7 @@ class EpochHistory(Callback):
     def __init__(self) -> None:
         self.rows: list[dict] = []
         self.fit_seconds_before = 0.0  # fit time of the earlier segments of a resumed run
+        self.batches = 0  # training batches run by this process (for a resumed run: this segment)
         self._start = self._segment_start = time.perf_counter()
 
     def fit_seconds(self) -> float:
@@ -39,6 +40,9 @@ class EpochHistory(Callback):
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args, **kwargs) -> None:
+        self.batches += 1
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Validation has already run when this hook fires, so the time and metrics cover the whole epoch.

@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import re
 import signal
 import sys
 import threading
@@ -41,12 +42,20 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     contents = read_checkpoint(path)
     try:
         model = MNISTClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
-        datamodule = MNISTDataModule.load_from_checkpoint(path, weights_only=True, **data_overrides)
+        datamodule = MNISTDataModule.load_from_checkpoint(path, weights_only=True)
     except Exception as error:  # a network that does not fit the weights, or settings from another version
+        if unbuilt := re.search(r"Problem with given class_path '([^']+)':\s*(.+)", str(error)):
+            raise CheckpointError(
+                f"{path} was trained with the network {unbuilt[1]}, which cannot be built here: "
+                f"{unbuilt[2].strip().rstrip('.')}. Make its module importable (install its package, or add its "
+                "folder to PYTHONPATH) and run again."
+            ) from error
         raise CheckpointError(
             f"{path} holds a checkpoint that this project's MNISTClassifier cannot rebuild: {first_line(error)}. "
             "Pass a checkpoint written by scripts/train.py of this project."
         ) from error
+    if data_overrides:  # settings of this evaluation, checked by the data module in its own terms
+        datamodule = MNISTDataModule(**(dict(datamodule.hparams) | data_overrides))
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
 
 
@@ -55,11 +64,17 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         inside = sorted(path.glob("checkpoints/*.ckpt")) or sorted(path.glob("*.ckpt"))
-        hint = f", e.g. {inside[-1]}" if inside else ""
-        raise CheckpointError(f"{path} is a folder; --ckpt_path takes a .ckpt file{hint}.")
+        listed = ", ".join(str(file) for file in inside[:4]) + (", ..." if len(inside) > 4 else "")
+        held = f" It holds {listed}: best-* are the weights that did best on validation, last.ckpt the latest." * bool(
+            inside
+        )
+        raise CheckpointError(f"{path} is a folder; --ckpt_path takes a .ckpt file.{held}")
     if not path.is_file():
-        resume = " To resume a run, pass --output_dir <its folder> --ckpt_path last." if path.name == "last" else ""
-        raise CheckpointError(f"{path}: no such file.{resume}")
+        hint = {
+            "last": " To resume a run of scripts/train.py, pass --output_dir <its folder> --ckpt_path last.",
+            "best": " Pass the file itself: a run's best weights are in <run>/checkpoints/best-epochNN-accN.NNNN.ckpt.",
+        }.get(str(path), "")
+        raise CheckpointError(f"{path}: no such file.{hint}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path} is empty (0 bytes): not a checkpoint, or a copy that never finished.")
     with open(path, "rb") as file:
@@ -92,6 +107,24 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
             f"{', '.join(missing)}). Pass a .ckpt from a run's checkpoints/ folder."
         )
     return contents
+
+
+def load_weights(model: LightningModule, path: str | Path) -> None:
+    """Start ``model`` from the weights of a checkpoint of this project (fine-tuning); its optimizer, schedule and
+    progress are not taken."""
+    contents = read_checkpoint(path)
+    try:
+        model.load_state_dict(contents["state_dict"])
+    except RuntimeError as error:  # missing, unexpected or differently shaped weights: another network
+        net = contents["hyper_parameters"].get("net")
+        flags = ""
+        if isinstance(net, dict) and net.get("class_path"):
+            arguments = (net.get("init_args") or {}).items()
+            flags = " ".join([f"--net {net['class_path']}", *(f"--net.{key} {value}" for key, value in arguments)])
+        raise CheckpointError(
+            f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
+            + (f": it was trained with `{flags}`; pass the same to start from it." if flags else ".")
+        ) from error
 
 
 def completed_epochs(contents: dict[str, Any]) -> int:
@@ -130,7 +163,32 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise
 
 
-class LastCheckpoint(ModelCheckpoint):
+class RunCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint for a run folder that may be moved or copied (to another disk, off a cluster) and resumed
+    there: the checkpoint paths it saved in its state are taken to the folder's new place, where the files are.
+
+    ModelCheckpoint keeps its best and last paths only when the folder is where it was; elsewhere it warns and
+    keeps the best path alone, which still points at the old place.
+    """
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and old != new:
+
+            def moved(path: str) -> str:
+                return os.path.join(new, os.path.relpath(path, old)) if path else path
+
+            state_dict = state_dict | {
+                "dirpath": new,
+                "best_model_path": moved(state_dict.get("best_model_path", "")),
+                "kth_best_model_path": moved(state_dict.get("kth_best_model_path", "")),
+                "last_model_path": moved(state_dict.get("last_model_path", "")),
+                "best_k_models": {moved(path): score for path, score in state_dict.get("best_k_models", {}).items()},
+            }
+        super().load_state_dict(state_dict)
+
+
+class LastCheckpoint(RunCheckpoint):
     """``checkpoints/last.ckpt``, the resume point: rewritten at the end of every epoch, and when Ctrl-C or SIGTERM
     stops the run.
 

@@ -29,7 +29,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
@@ -39,8 +39,10 @@ from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
     LastCheckpoint,
+    RunCheckpoint,
     completed_epochs,
-    load_checkpoint,
+    first_line,
+    load_weights,
     read_checkpoint,
 )
 from .data import DataError
@@ -51,7 +53,9 @@ from .lightning_module import MNISTClassifier
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
-USER_ERRORS = (DataError, CheckpointError, OutputDirError, DivergedError)
+# Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
+# --limit_train_batches fraction smaller than one batch); its messages name the setting and the fix.
+USER_ERRORS = (DataError, CheckpointError, OutputDirError, DivergedError, MisconfigurationException)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
 RECORD = RUN_RECORD
@@ -91,7 +95,8 @@ def build_parser() -> ArgumentParser:
         "--ckpt_path",
         type=str | None,
         default=None,
-        help='"last" resumes the run in --output_dir from its own config.yaml; a .ckpt path starts a new run from it.',
+        help='"last" resumes the run in --output_dir from its own config.yaml. A .ckpt path starts a new run from '
+        "its weights (fine-tuning: this run's own optimizer, schedule and epochs).",
     )
     parser.add_argument("--quiet", type=bool, default=False, help="No progress bar, model summary or banners.")
     parser.add_class_arguments(MNISTClassifier, nested_key=None, instantiate=False)
@@ -232,11 +237,31 @@ def explain(error: ArgumentError) -> str:
         )
     names = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
     if kind := re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", problem):
+        if kind[1] == "float" and is_number(kind[2]):  # inf or nan: jsonargparse takes finite numbers only
+            return f"{flag} {kind[2]} is not a finite number."
         return f"{flag} {kind[2]} is not {names.get(kind[1], kind[1])}."
     if "Union subtypes" in problem and (given := re.search(r"Given value: (.*)$", problem)):
-        kinds = [names.get(k, k) for k in re.findall(r"Expected a <class '(\w+)'>", problem) if k != "NoneType"]
-        return f"{flag} {given[1]} is not {' or '.join(kinds) or 'a valid value'}."
+        subtypes = re.search(r"Subtypes: \[(.*?)\] Errors:", problem)
+        kinds = []
+        for subtype in re.split(r", (?=typing\.|<class|list\[|dict\[)", subtypes[1] if subtypes else ""):
+            if literal := re.match(r"typing\.Literal\[(.*)\]", subtype):
+                kinds += [choice.strip(" '") for choice in literal[1].split(",")]
+            elif simple := re.match(r"<class '(\w+)'>", subtype):
+                kinds += ["true", "false"] if simple[1] == "bool" else [names[simple[1]]] if simple[1] in names else []
+            elif cls := re.match(r"<class '[\w.]*\.(\w+)'>", subtype):
+                kinds.append(f"the class path of a {cls[1]} (with its arguments as {flag}.NAME VALUE)")
+        kinds = list(dict.fromkeys(kinds))
+        listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else "".join(kinds) or "a valid value"
+        return f"{flag} {given[1]} is not {listed}."
     return f"{flag}: {problem.rstrip('.')}."
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
@@ -279,22 +304,24 @@ def build_training(config: Namespace) -> Training:
     # Everything that can be wrong is checked before Lightning's banners print and before any folder is made.
     check_accelerator(config.accelerator, config.devices)
     refuse_empty_training(config)
+    weights = start_weights(config)
+    if weights:
+        read_checkpoint(weights)  # refuses a missing, damaged or foreign file before anything starts
     run_dir, resuming = choose_run_dir(config)
     ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else None
-    if config.ckpt_path not in (None, "last"):
-        ckpt_path = config.ckpt_path
-        load_checkpoint(ckpt_path)  # refuses a missing, damaged or foreign file before anything starts
     if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
         for name in ("lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).setLevel(logging.WARNING)
     # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json: no banner.
     seed_everything(config.seed, workers=True, verbose=False)
-    built = build_parser().instantiate_classes(config)  # --net, callbacks, loggers and plugins given by class path
+    built = build_classes(config)
     try:
         datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
         model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
     except ValueError as error:
         raise UserError(f"{error}.") from error
+    if weights and not resuming:
+        load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
     trainer = build_trainer(built, run_dir, resume_hint(run_dir), resuming)
@@ -302,9 +329,41 @@ def build_training(config: Namespace) -> Training:
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         record = config.clone()
-        record.output_dir = record.ckpt_path = None  # where a run lives is not part of what it is
+        # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time
+        # kept here would stop every later resume at once (Lightning's Timer counts the whole run's time).
+        record.output_dir = record.max_time = None
+        record.ckpt_path = weights
         build_parser().save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
     return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
+
+
+CLASS_OPTIONS = ("net", "callbacks", "logger", "plugins")  # options that take a class path and its arguments
+
+
+def start_weights(config: Namespace) -> str | None:
+    """The checkpoint whose weights the run starts from: ``--ckpt_path <file>``, or for a resumed run the one in
+    its record (if the run started from one)."""
+    if config.ckpt_path != "last":
+        return config.ckpt_path
+    record = Path(config.output_dir or "") / RECORD
+    return (yaml.safe_load(record.read_text()) or {}).get("ckpt_path") if record.is_file() else None
+
+
+def build_classes(config: Namespace) -> Namespace:
+    """``config`` with --net, --callbacks, --logger and --plugins given by class path built into objects."""
+    try:
+        return build_parser().instantiate_classes(config)
+    except Exception as error:  # whatever a user's class raises from its __init__
+        text = str(error)
+        # jsonargparse reports the class's own error as the first of the ways it tried to read the value.
+        reason = re.search(r"Errors:\s*- (.*)", text)
+        given = re.search(r"class_path='([^']+)'", text)
+        flag = next((f"--{name}" for name in CLASS_OPTIONS if given and given[1] in str(config.get(name))), "--FLAG")
+        what = f"{flag} {given[1]}" if given else "A class given by its class path"
+        raise UserError(
+            f"{what} could not be built: {(reason[1] if reason else first_line(error)).rstrip('.')}. Check the "
+            f"arguments given to it as {flag}.NAME VALUE."
+        ) from error
 
 
 def refuse_empty_training(config: Namespace) -> None:
@@ -369,7 +428,12 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         else:
             refuse_finished_run(run_dir, completed_epochs(read_checkpoint(last)), config.max_epochs)
     else:
-        run_dir = new_run_dir(config.output_dir)
+        try:
+            run_dir = new_run_dir(config.output_dir)
+        except OutputDirError as error:
+            if not (Path(config.output_dir or "") / "checkpoints" / "last.ckpt").is_file():
+                raise
+            raise OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     return run_dir, resuming
 
@@ -424,15 +488,18 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
     callbacks = [*as_list(config.callbacks), EpochHistory(), ScheduleLength()]
     if logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
-    if config.enable_checkpointing is not False:
-        best = ModelCheckpoint(
+    if config.enable_checkpointing is not False and config.limit_val_batches != 0:
+        best = RunCheckpoint(
             dirpath=run_dir / "checkpoints",
             filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
             auto_insert_metric_name=False,
             monitor="val/acc",
             mode="max",
         )
-        callbacks += [best, LastCheckpoint(run_dir / "checkpoints", resume_hint)]
+        callbacks.append(best)
+    if config.enable_checkpointing is not False:
+        # Without validation (--limit_val_batches 0) there is no best: the run tests its last weights.
+        callbacks.append(LastCheckpoint(run_dir / "checkpoints", resume_hint))
     plugins = as_list(config.plugins)
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
         plugins.append(AtomicCheckpointIO())
@@ -442,10 +509,19 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
     try:
         return Trainer(default_root_dir=run_dir, **settings)
     except (MisconfigurationException, TypeError, ValueError) as error:
-        # Lightning's own messages name the setting and list the valid values.
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         raise UserError(
-            f"The Trainer settings are not valid: {error} (--devices takes a count like 1, a list like [0, 1], "
-            f"-1 for all, or auto; this machine has {gpus} usable GPU(s) and {os.cpu_count()} CPU cores; run "
-            "`python scripts/train.py --help` for every option)."
+            f"The Trainer settings are not valid: {first_line(error)}. {trainer_hint(str(error))}"
         ) from error
+
+
+def trainer_hint(message: str) -> str:
+    """What to pass instead, for the settings Lightning's message is about (its own lists leave out "gpu")."""
+    if "accelerator name" in message:
+        return "--accelerator takes cpu, gpu (any GPU PyTorch can use), cuda, mps, tpu or auto."
+    if "devices" in message:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return (
+            "--devices takes a count like 1, a list of GPU indices like [0, 1], -1 for all, or auto; this machine "
+            f"has {gpus} usable GPU(s) and {os.cpu_count()} CPU cores."
+        )
+    return "Run `python scripts/train.py --help` for every option."

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .errors import ArgumentParser, UserError, run_main
-from .records import new_run_dir, write_json
+from . import plain_pytorch
+from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
+from .records import OutputDirError, new_run_dir, write_json
 
 RUNGS = {
     "plain": "mnist_lightning.plain_pytorch",
@@ -40,18 +41,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--accelerator", choices=sorted(DEVICE_FOR_ACCELERATOR), default="cpu")
     parser.add_argument("--rungs", nargs="+", choices=list(RUNGS), default=list(RUNGS), help="default: all three")
     parser.add_argument("--data_dir", default="data")
+    # Each shared flag is checked as the plain rung checks it (type, range, choices), before any rung starts.
+    plain = {action.dest: action for action in plain_pytorch.build_parser()._actions}
     for name in SHARED[1:]:
-        kind = {"batch_size": int, "max_epochs": int, "val_size": int, "num_workers": int, "seed": int}.get(name, str)
-        kind = float if name in ("lr", "momentum", "weight_decay") else kind
-        parser.add_argument(f"--{name}", type=kind, default=None, help="default: the rungs' own")
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each rung, alternated (default: 1)")
+        rung = plain[name]
+        parser.add_argument(
+            f"--{name}", type=rung.type, choices=rung.choices, default=None, help="default: the rungs' own"
+        )
+    parser.add_argument("--repeats", type=bounded(int, 1), default=1, help="runs of each rung, alternated (default: 1)")
     parser.add_argument(
         "--deterministic",
-        action=argparse.BooleanOptionalAction,
+        type=true_or_false,
+        nargs="?",
+        const=True,
         default=True,
-        help="deterministic algorithms on every rung (default: on)",
+        help="deterministic algorithms on every rung (default: true)",
     )
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False, help="torch.compile")
+    parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False, help="torch.compile")
     parser.add_argument("--output_dir", default=None, help="default: a new folder under runs/")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     return parser
@@ -73,9 +79,9 @@ def run_rung(rung: str, flags: list[str], output_dir: Path) -> dict:
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True)
     wall_seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        message = (result.stderr.strip() or result.stdout.strip())[-2000:]
-        raise UserError(f"The {NAMES[rung]} run failed ({' '.join(command)}): {message}", exit_code=1)
+    if result.returncode != 0:  # the rung's own message, which names the flag (the rungs take the same flags)
+        message = (result.stderr.strip() or result.stdout.strip())[-2000:].removeprefix("Error: ")
+        raise UserError(f"The {NAMES[rung]} run failed: {message}", exit_code=result.returncode)
     metrics = json.loads((output_dir / "metrics.json").read_text())
     return metrics | {"wall_seconds": wall_seconds, "weights_file": str(last_checkpoint(rung, output_dir))}
 
@@ -204,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         result = compare(build_parser().parse_args(argv))
         print(json.dumps(result, indent=2) if result["settings"]["json"] else format_table(result))
 
-    return run_main(run)
+    return run_main(run, (OutputDirError,))
 
 
 if __name__ == "__main__":

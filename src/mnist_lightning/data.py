@@ -47,6 +47,12 @@ class DataError(Exception):
     exit_code = 1
 
 
+class DataSettingError(DataError):
+    """The dataset cannot serve the settings (a validation set as large as the training set): a usage error."""
+
+    exit_code = 2
+
+
 def raw_folder(data_dir: str | Path, dataset: DatasetName = "mnist") -> Path:
     """Where torchvision keeps (and looks for) the four original files, e.g. ``data/MNIST/raw``."""
     return Path(data_dir) / DATASETS[dataset].torchvision_class.__name__ / "raw"
@@ -126,17 +132,29 @@ def download(data_dir: str | Path, dataset: DatasetName = "mnist") -> None:
             "as --data_dir (the first run extracts the files; later runs can then use a read-only copy)."
         )
     check_idx_files(folder)  # torchvision parses what is there as soon as it is asked for the dataset
+    new_folders = [path for path in (folder, folder.parent, Path(data_dir)) if not path.exists()]
     try:
         for train in (True, False):
             cls(str(data_dir), train=train, download=True)
     except (RuntimeError, OSError) as error:
+        for path in new_folders:  # deepest first: leave no empty folders behind
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
         names = ", ".join(filename for filename, _md5 in cls.resources)
         raise DataError(
             f"{cls.__name__} could not be found or downloaded into {folder.resolve()}. Without a network, put the "
             f"four original files ({names}) in that folder, or pass --data_dir pointing at a folder that holds "
-            f"{cls.__name__}/raw/ with them. What went wrong: {str(error).strip().splitlines()[0]}"
+            f"{cls.__name__}/raw/ with them. What went wrong: {download_problem(error)}."
         ) from error
     check_idx_files(folder)  # the files it has just extracted
+
+
+def download_problem(error: BaseException) -> str:
+    """torchvision's download error in one line: what failed ("Error downloading <file>:") and, of the lines
+    that follow (one per mirror tried), the last reason."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    problem = lines[0].rstrip(":")
+    return f"{problem}: {lines[-1].strip('<>')}" if len(lines) > 1 else problem
 
 
 def read_sums(path: Path) -> dict[str, str]:

@@ -13,6 +13,7 @@ from .data import (
     DATASETS,
     DataError,
     DatasetName,
+    DataSettingError,
     TensorBatches,
     check_val_size,
     download,
@@ -52,8 +53,9 @@ class MNISTDataModule(LightningDataModule):
             raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}")
         if pipeline not in ("tensor", "per_sample"):
             raise ValueError(f"pipeline must be 'tensor' or 'per_sample', got {pipeline!r}")
-        if batch_size < 1 or val_size < 1:
-            raise ValueError(f"batch_size and val_size must be at least 1, got {batch_size} and {val_size}")
+        for name, value in (("batch_size", batch_size), ("val_size", val_size)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         max_workers = os.cpu_count() or 1
         if not 0 <= num_workers <= max_workers:
             raise ValueError(
@@ -71,7 +73,7 @@ class MNISTDataModule(LightningDataModule):
             try:  # here, not first in setup(): a mistake is reported before the Trainer starts
                 check_val_size(training_set_size(self.hparams.data_dir, self.hparams.dataset), self.hparams.val_size)
             except ValueError as error:
-                raise DataError(f"{error}.") from error
+                raise DataSettingError(f"{error}.") from error
             self.verified = True
 
     def setup(self, stage: str | None = None) -> None:

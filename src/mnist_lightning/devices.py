@@ -26,7 +26,10 @@ def why_no_cuda() -> str:
 
 def check_accelerator(accelerator: str, devices: object = 1) -> None:
     """Refuse a GPU run up front, with the reason, when no GPU (or not enough of them) is usable."""
-    if str(accelerator).lower() == "cpu" and str(devices).isdigit() and int(devices) > (os.cpu_count() or 1):
+    on_cpu = str(accelerator).lower() == "cpu" or (
+        str(accelerator).lower() == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()
+    )
+    if on_cpu and str(devices).isdigit() and int(devices) > (os.cpu_count() or 1):
         raise UserError(
             f"--devices {devices} on the CPU starts {devices} training processes, but this machine has "
             f"{os.cpu_count()} cores. Use --devices {os.cpu_count()} or fewer."
@@ -46,7 +49,7 @@ def check_accelerator(accelerator: str, devices: object = 1) -> None:
         return  # Lightning's "gpu" also means Apple's MPS
     raise UserError(
         f"--accelerator {accelerator} asks for a GPU, but none can be used: {why_no_cuda()}. "
-        "Train on the CPU with --accelerator cpu, or use --accelerator auto to take a GPU whenever one is usable."
+        "Run on the CPU with --accelerator cpu, or use --accelerator auto to take a GPU whenever one is usable."
     )
 
 

@@ -53,6 +53,13 @@ def bounded(kind: type = int, lowest: float | None = None, highest: float | None
     return parse
 
 
+def true_or_false(text: str) -> bool:
+    """An argparse ``type`` for on/off flags, spelled as in train.py's: ``--compile true``."""
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1", "yes")
+
+
 def print_error(message: str) -> None:
     paragraph = " ".join(message.split())
     print(

@@ -8,16 +8,16 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import Trainer
 
 from .checkpoints import load_checkpoint
-from .cli import USER_ERRORS, parse_command_line
+from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .datamodule import MNISTDataModule
 from .devices import check_accelerator
-from .errors import run_main
+from .errors import UserError, run_main
 from .lightning_module import MNISTClassifier
 from .records import new_run_dir, run_metrics, write_json
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False)
+    parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--data_dir", type=str | None, default=None, help="Default: the one the model trained on.")
     parser.add_argument("--batch_size", type=int | None, default=None, help="Default: the training batch size.")
@@ -52,7 +52,10 @@ def evaluate(trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModu
 def build(config: Namespace) -> tuple[Trainer, MNISTClassifier, MNISTDataModule, int]:
     check_accelerator(config.accelerator, config.devices)
     overrides = {key: config[key] for key in ("data_dir", "batch_size") if config[key] is not None}
-    checkpoint = load_checkpoint(config.ckpt_path, **overrides)
+    try:
+        checkpoint = load_checkpoint(config.ckpt_path, **overrides)
+    except ValueError as error:  # the data module's own check of --data_dir or --batch_size
+        raise UserError(f"{error}.") from error
     trainer = Trainer(
         accelerator=config.accelerator,
         devices=config.devices,

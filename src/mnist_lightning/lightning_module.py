@@ -1,6 +1,7 @@
 """MNISTClassifier: the LightningModule around any 10-class image network (loss, metrics, optimizer; no device
 code)."""
 
+import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
@@ -9,6 +10,9 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from .model import SimpleNN
 from .optim import OptimizerName, ScheduleName, build_optimizer, build_schedule
+
+IMAGE_SHAPE = (1, 28, 28)  # channels, height, width of MNIST, Fashion-MNIST and KMNIST images
+NUM_CLASSES = 10
 
 
 class MNISTClassifier(LightningModule):
@@ -40,11 +44,16 @@ class MNISTClassifier(LightningModule):
         super().__init__()
         if not lr > 0:
             raise ValueError(f"the learning rate (lr) must be a positive number, got {lr}")
-        if not (momentum >= 0 and weight_decay >= 0):
-            raise ValueError(f"momentum and weight_decay must be >= 0, got {momentum} and {weight_decay}")
+        for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
+            if not value >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value}")
         # The network is saved with the weights; its class path is recorded by the command line (see cli.py).
         self.save_hyperparameters(ignore=["net"])
         self.net = net if net is not None else SimpleNN()
+        # Two blank images: Lightning's model summary shows the network's input and output sizes from it, and a
+        # network that cannot map them to 10 scores each is refused now rather than at the first batch.
+        self.example_input_array = torch.zeros(2, *IMAGE_SHAPE)
+        check_network(self.net, self.example_input_array)
         # One metric object per stage: a metric accumulates state, and sharing one would mix the stages.
         # Means of per-sample losses, NaN kept: a diverged run must show as one, not have its NaNs dropped.
         self.train_loss = MeanMetric(nan_strategy="disable")
@@ -52,9 +61,9 @@ class MNISTClassifier(LightningModule):
         self.train_loss.persistent(True)
         self.val_loss = MeanMetric(nan_strategy="disable")
         self.test_loss = MeanMetric(nan_strategy="disable")
-        self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=10, average="micro")
-        self.test_confusion = MulticlassConfusionMatrix(num_classes=10)
+        self.val_acc = MulticlassAccuracy(num_classes=NUM_CLASSES, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes=NUM_CLASSES, average="micro")
+        self.test_confusion = MulticlassConfusionMatrix(num_classes=NUM_CLASSES)
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
 
     def configure_model(self) -> None:
@@ -110,3 +119,26 @@ class MNISTClassifier(LightningModule):
         optimizer = build_optimizer(self.parameters(), hp.optimizer, hp.lr, hp.momentum, hp.weight_decay)
         schedule = build_schedule(optimizer, hp.lr_schedule, self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def check_network(net: nn.Module, images: Tensor) -> None:
+    """Raise a ValueError, in the network's terms, unless ``net`` maps ``images`` to one score per class each."""
+    training = net.training
+    net.eval()  # no batch-norm statistics updated, no dropout drawn from the random generator
+    try:
+        with torch.no_grad():
+            scores = net(images)
+    except Exception as error:
+        raise ValueError(
+            f"the network {type(net).__name__} cannot take a batch of images of shape {list(images.shape)}: "
+            f"{str(error).strip() or type(error).__name__}"
+        ) from error
+    finally:
+        net.train(training)
+    expected = [len(images), NUM_CLASSES]
+    if not isinstance(scores, Tensor) or list(scores.shape) != expected:
+        got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+        raise ValueError(
+            f"the network {type(net).__name__} maps a batch of images of shape {list(images.shape)} to {got}; "
+            f"it must give {expected}, one score per class for each image"
+        )

@@ -33,13 +33,9 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
     output_dir = Path(output_dir)
     check_writable(output_dir)
     if output_dir.exists() and any(output_dir.iterdir()) and not clear_unstarted_run(output_dir):
-        resume = ""
-        if (output_dir / "checkpoints" / "last.ckpt").is_file():
-            resume = " To continue the run there, add --ckpt_path last (with the same --output_dir)."
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
-            + resume
         )
     return output_dir
 
@@ -117,8 +113,8 @@ def run_metrics(
 ) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training (every rung) and evaluation."""
     return {
-        "test/acc": test["test/acc"],
-        "test/loss": test["test/loss"],
+        "test/acc": test.get("test/acc"),  # None: not tested
+        "test/loss": test.get("test/loss"),
         "best_val/acc": best_val_acc,
         "epochs": epochs,
         "fit_seconds": fit_seconds,

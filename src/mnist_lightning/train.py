@@ -10,10 +10,13 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Timer
 
 from .callbacks import EpochHistory
 from .checkpoints import LastCheckpoint
@@ -38,9 +41,7 @@ def train(
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        # A resumed run's checkpoints/ holds its own earlier checkpoints by design.
-        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    with known_warnings_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     if trainer.global_step == 0:
@@ -48,17 +49,25 @@ def train(
             "The run ended before its first training step (its time limit or batch limits left no step), so there "
             "is no trained model to test. Give it more: a larger --max_time, --limit_train_batches or --max_epochs."
         )
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    if history and history.batches == 0 and timer and timer.time_remaining() <= 0:
+        raise NothingTrainedError(
+            f"The resumed run took no training step: --max_time limits the whole run's training time, and its "
+            f"earlier segments had already used it ({timer.time_elapsed():.0f} s). Resume with a larger "
+            "--max_time, or without it to train to --max_epochs."
+        )
     # The whole run's fit time: a resumed run adds this segment to the earlier ones' (kept in its checkpoints).
     fit_seconds = history.fit_seconds() if history else time.perf_counter() - start
     epochs = list(history.rows) if history else []  # before testing: loading a checkpoint restores callbacks too
     # Test the weights that did best on validation, not merely the last ones.
     best = trainer.checkpoint_callback
     best_path = best.best_model_path if best else ""
-    (results,) = trainer.test(
-        model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
-    )
+    with known_warnings_ignored():
+        results = trainer.test(
+            model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
+        )
     metrics = run_metrics(
-        test=results,
+        test=results[0] if results else {},  # none with --limit_test_batches 0
         device=trainer.strategy.root_device,
         epochs=trainer.current_epoch,
         history=epochs,
@@ -82,12 +91,32 @@ def train(
     return metrics
 
 
+@contextmanager
+def known_warnings_ignored() -> Iterator[None]:
+    """Lightning's warnings about what this template does on purpose."""
+    with warnings.catch_warnings():
+        # A resumed run's checkpoints/ holds its own earlier checkpoints by design.
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        # About step-level logs, of which this module has none (its metrics are per epoch; the learning rate is
+        # logged every log_every_n_steps), and about the summary's size estimate under bf16: not the user's concern.
+        warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
+        warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
+        # A run stopped by --max_time, resumed without it: its time limit is not part of its record (see cli.py).
+        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
+        yield
+
+
 def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> None:
+    tested = (
+        f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f})"
+        if metrics["test/acc"] is not None
+        else "Not tested (--limit_test_batches 0)"
+    )
+    contents = ", ".join(path.name + "/" * path.is_dir() for path in sorted(run_dir.iterdir()) if path not in plots)
     print(
-        f"\nTest accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}) after "
-        f"{metrics['epochs']} epochs, fit in {metrics['fit_seconds']:.1f} s on "
+        f"\n{tested} after {metrics['epochs']} epochs, fit in {metrics['fit_seconds']:.1f} s on "
         f"{metrics['devices']} x {metrics['accelerator']} ({metrics['precision']} precision).\n"
-        f"Run folder: {run_dir}  (config.yaml, metrics.json, checkpoints/, logs)"
+        f"Run folder: {run_dir}  ({contents})"
     )
     for path in plots:
         print(f"Plot: {path}")

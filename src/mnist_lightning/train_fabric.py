@@ -25,18 +25,12 @@ from torchvision import transforms
 
 from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
 from .devices import check_accelerator  # FABRIC:
-from .errors import ArgumentParser, UserError, bounded, run_main
+from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
 from .model import SimpleNN
 from .optim import build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
 
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # FABRIC: rank 0's choice of run folder, for the processes launched
-
-
-def true_or_false(text: str) -> bool:
-    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return text.lower() in ("true", "1", "yes")
 
 
 def build_parser() -> argparse.ArgumentParser:
