@@ -14,7 +14,9 @@ from mnist_lightning.train import main
 BAD_FLAGS = [
     (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count", "usable GPU(s) and"]),
     (["--accelerator", "gpux"], 2, ["Trainer settings are not valid", "--accelerator takes cpu, gpu"]),
-    (["--max_time", "soon"], 2, ["not a valid duration", "--help"]),
+    (["--max_time", "soon"], 2, ["--max_time soon is not a duration", "00:01:30:00"]),
+    (["--max_time", "00:00:00:00", "--quiet", "false"], 2, ["--max_time 00:00:00:00 trains nothing"]),
+    (["--limit_train_batches", "1.5", "--quiet", "false"], 2, ["--limit_train_batches 1.5 is out of range"]),
     (["--lr", "inf"], 2, ["--lr inf is not a finite number"]),
     (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
@@ -78,6 +80,7 @@ def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_co
 @pytest.mark.parametrize(
     ("config_text", "phrases"),
     [
+        ("max_epochs: 3\nlr: 0.1\nmax_epochs: 5\n", ["bad.yaml, line 3, column 1: max_epochs is set twice"]),
         ("max_epochs: [1,\n", ["bad.yaml, line 2", "not valid YAML"]),
         ("max_epochs: 2\nbatchsize: 10\n", ["bad.yaml", "do not exist: batchsize (did you mean batch_size?)"]),
         ("", ["bad.yaml holds no options", "--print_config"]),
@@ -85,7 +88,7 @@ def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_co
         ("- max_epochs\n- 3\n", ["bad.yaml holds a list"]),
         ("\xff\xfe", ["bad.yaml is not a text file"]),
     ],
-    ids=["malformed", "unknown key", "empty", "comments only", "a list", "binary"],
+    ids=["duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary"],
 )
 def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
     (tmp_path / "bad.yaml").write_bytes(config_text.encode("latin-1"))
@@ -245,3 +248,12 @@ def test_export_into_an_existing_file_is_refused_before_any_work(tmp_path, capsy
     assert export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--output_dir", str(tmp_path / "a_file")]) == 2
     err = one_line(capsys.readouterr().err)
     assert "a_file cannot be written" in err and "is not a folder" in err and "Traceback" not in err
+
+
+def test_print_config_checks_the_values_it_prints(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--batch_size", "64", "--print_config"])
+    assert stop.value.code == 0 and "batch_size: 64" in capsys.readouterr().out
+    assert main(["--batch_size", "0", "--print_config"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "batch_size must be at least 1" in captured.err

@@ -244,7 +244,7 @@ class LastCheckpoint(RunCheckpoint):
         if trainer.is_global_zero:
             name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
             print(
-                f"\n{name}: stopping after this batch to save progress (Ctrl-C again stops at once, without saving).",
+                f"\n{name}: stopping after this batch to save progress ({name} again stops at once, without saving).",
                 file=sys.stderr,
                 flush=True,
             )

@@ -29,7 +29,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, Timer
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
@@ -118,6 +118,9 @@ def build_parser() -> ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> Namespace:
     """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
     argv = list(argv) if argv is not None else sys.argv[1:]
+    # --print_config is answered here, after the values are checked: jsonargparse would print unchecked ones.
+    print_config = [arg for arg in argv if arg.split("=")[0] == "--print_config"]
+    argv = [arg for arg in argv if arg not in print_config]
     parser = build_parser()
     options = {action.dest.split(".")[0] for action in parser._actions} - {"help", "config", "print_config"}
     for path in config_paths(argv):
@@ -132,6 +135,16 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     except ArgumentError as error:
         raise UserError(f"{explain(error)} {more_help(parser)}") from error
     check_ranges(config)
+    if print_config:
+        built = build_classes(config)
+        try:  # the model's and the data module's own checks
+            MNISTDataModule(**arguments_of(MNISTDataModule, built))
+            MNISTClassifier(**arguments_of(MNISTClassifier, built))
+        except ValueError as error:
+            raise UserError(f"{error}.") from error
+        skip_none = any("skip_null" in arg for arg in print_config)
+        print(parser.dump(config, skip_none=skip_none, skip_validation=True), end="")
+        raise SystemExit(0)
     return config
 
 
@@ -167,6 +180,11 @@ RANGES = {
 }
 
 
+# Options that take a fraction of the batches (a float) or a number of batches (an int).
+BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
+BATCH_LIMITS += ("overfit_batches",)
+
+
 def check_ranges(config: Namespace) -> None:
     for name, (lowest, highest) in RANGES.items():
         value = config.get(name)
@@ -175,12 +193,44 @@ def check_ranges(config: Namespace) -> None:
         if (lowest is not None and value < lowest) or (highest is not None and value > highest):
             valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
             raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
+    for name in BATCH_LIMITS:
+        value = config.get(name)
+        if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
+            raise UserError(
+                f"--{name} {value} is out of range: it takes a fraction of the batches from 0.0 to 1.0, or a "
+                "number of batches (a whole number, 0 or more)."
+            )
+    if config.get("max_time") is not None:
+        try:
+            Timer(duration=config.max_time)
+        except (MisconfigurationException, ValueError) as error:
+            raise UserError(
+                f"--max_time {config.max_time} is not a duration: it takes days:hours:minutes:seconds, e.g. "
+                "00:01:30:00 for an hour and a half."
+            ) from error
 
 
 def config_paths(argv: list[str]) -> list[str]:
     """The files given to ``--config``, in order."""
     paths = [value for flag, value in itertools.pairwise(argv) if flag == "--config"]
     return paths + [arg.removeprefix("--config=") for arg in argv if arg.startswith("--config=")]
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    pass
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise DuplicateKeyError(None, None, f"{key} is set twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def check_config_file(path: Path, options: set[str]) -> None:
@@ -190,13 +240,15 @@ def check_config_file(path: Path, options: set[str]) -> None:
         problem = "is a folder" if path.is_dir() else "does not exist"
         raise UserError(f"The config file {path} {problem}. Pass a YAML file, e.g. --config configs/default.yaml.")
     try:
-        content = yaml.safe_load(path.read_text())
+        content = yaml.load(path.read_text(), UniqueKeyLoader)
     except UnicodeDecodeError as error:
         raise UserError(f"The config file {path} is not a text file: {error.reason}.") from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error)
+        if isinstance(error, DuplicateKeyError):
+            raise UserError(f"The config file {path}{where}: {problem}. Keep one of its lines.") from error
         raise UserError(
             f"The config file {path}{where}, is not valid YAML: {problem}. A config file holds `option: value` "
             "lines, e.g. `max_epochs: 20`."
@@ -371,6 +423,8 @@ def refuse_empty_training(config: Namespace) -> None:
     zero = [
         f"--{name} {config[name]}" for name in ("max_epochs", "max_steps", "limit_train_batches") if config[name] == 0
     ]
+    if config.max_time is not None and Timer(duration=config.max_time).time_remaining() <= 0:
+        zero.append(f"--max_time {config.max_time}")
     if zero:
         raise UserError(
             f"{' and '.join(zero)} trains nothing, so there would be no trained model to test. Give it a positive "

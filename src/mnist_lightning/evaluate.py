@@ -56,6 +56,7 @@ def build(config: Namespace) -> tuple[Trainer, MNISTClassifier, MNISTDataModule,
         checkpoint = load_checkpoint(config.ckpt_path, **overrides)
     except ValueError as error:  # the data module's own check of --data_dir or --batch_size
         raise UserError(f"{error}.") from error
+    checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     trainer = Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
