@@ -114,6 +114,18 @@ def test_ctrl_c_during_the_stop_save_keeps_the_previous_checkpoint(flags, uninte
     assert_same_as_uninterrupted(run, uninterrupted)
 
 
+def test_a_stop_prints_only_what_the_user_needs(flags, tmp_path):
+    run = tmp_path / "run"
+    shown = [*flags[:-2], "--enable_progress_bar", "false"]  # not --quiet: Lightning's own lines are shown
+    assert flags[-2:] == ["--quiet", "true"]
+    sigterm = signal_at("SIGTERM", "batch", tmp_path / "marker", step=30)
+    process = start(train_command([*shown, "--max_epochs", str(EPOCHS), *sigterm], run))
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 143 and "Resume with:" in stderr
+    for noise in ("weights_only", "warning", "traceback", "error"):
+        assert noise not in stderr.lower(), stderr
+
+
 def test_random_moments_a_few_points(flags, uninterrupted, tmp_path):
     """A small version of benchmarks/kill_resume.py: each signal at a moment chosen at random."""
     from interrupts import random_moments

@@ -276,7 +276,7 @@ class LastCheckpoint(RunCheckpoint):
             self.stop_signal = signal.SIGINT
         elif self.stop_signal is not None and not self._saved_for_stop:
             try:
-                trainer.save_checkpoint(path)  # stopped between batches: a consistent state
+                trainer.save_checkpoint(path, weights_only=False)  # stopped between batches: a consistent state
                 self._saved_for_stop = True
             except KeyboardInterrupt:  # Ctrl-C again during the save: the previous last.ckpt stays
                 pass
