@@ -32,7 +32,7 @@ def main() -> None:
     runs = {}
     with TemporaryDirectory() as tmp:
         for compiled in (False, True):
-            flags = [*settings, "--compile" if compiled else "--no-compile", "--output_dir", f"{tmp}/{compiled}"]
+            flags = [*settings, "--compile", str(compiled).lower(), "--output_dir", f"{tmp}/{compiled}"]
             runs[compiled] = compare(compare_parser().parse_args(flags))
     rows = {}
     for rung in runs[False]["rungs"]:

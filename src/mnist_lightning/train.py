@@ -9,9 +9,6 @@ import os
 import signal
 import sys
 import time
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ from .datamodule import MNISTDataModule
 from .errors import run_main
 from .lightning_module import MNISTClassifier
 from .records import run_metrics, write_json
+from .workarounds import lightning_notes_ignored
 
 
 class NothingTrainedError(Exception):
@@ -41,7 +39,7 @@ def train(
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
-    with known_warnings_ignored():
+    with lightning_notes_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     if trainer.global_step == 0:
@@ -62,7 +60,7 @@ def train(
     # Test the weights that did best on validation, not merely the last ones.
     best = trainer.checkpoint_callback
     best_path = best.best_model_path if best else ""
-    with known_warnings_ignored():
+    with lightning_notes_ignored():
         results = trainer.test(
             model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
         )
@@ -89,21 +87,6 @@ def train(
             plots = save_plots(epochs, model.test_confusion_matrix, run_dir)
         print_summary(metrics, run_dir, plots)
     return metrics
-
-
-@contextmanager
-def known_warnings_ignored() -> Iterator[None]:
-    """Lightning's warnings about what this template does on purpose."""
-    with warnings.catch_warnings():
-        # A resumed run's checkpoints/ holds its own earlier checkpoints by design.
-        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-        # About step-level logs, of which this module has none (its metrics are per epoch; the learning rate is
-        # logged every log_every_n_steps), and about the summary's size estimate under bf16: not the user's concern.
-        warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
-        warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
-        # A run stopped by --max_time, resumed without it: its time limit is not part of its record (see cli.py).
-        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
-        yield
 
 
 def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> None:
