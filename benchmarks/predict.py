@@ -4,7 +4,7 @@
     python benchmarks/predict.py --data_dir data        # writes results/predict_cpu.json and results/predict_cpu.md
 
 1. Accuracy per kind of picture: for each kind in tests/test_preprocessing.py (a scan, a phone photo, coloured
-   ink, a tiny or a huge picture, transparency...) and a thin pen, --per_kind test digits drawn at random are
+   ink, a tiny or a huge picture, transparency, a thin pen...), --per_kind test digits drawn at random are
    saved as picture files and read by predict.py. Beside each, the same digits in MNIST form (an IDX file of
    them, also through predict.py) and how often the two predictions agree.
 2. MNIST's 10,000 test digits saved as 28x28 PNG files against the IDX file: accuracy of each, agreement.
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the picture kinds are the tests' own
 
 from helpers import write_idx  # noqa: E402
-from test_preprocessing import KINDS, ink, mnist_test_set, placed, saved  # noqa: E402
+from test_preprocessing import KINDS, mnist_test_set  # noqa: E402
 
 from mnist_lightning.predict import main as predict_main  # noqa: E402
 from mnist_lightning.records import write_json  # noqa: E402
@@ -41,50 +41,7 @@ from mnist_lightning.train import main as train_main  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 
 
-def skeleton(mask: np.ndarray) -> np.ndarray:
-    """The centre line of a boolean mask, one pixel wide (Zhang and Suen's thinning)."""
-    m = np.pad(mask.astype(np.uint8), 1)
-    ring = [(-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1), (0, -1), (-1, -1)]  # P2..P9, clockwise from north
-    while True:
-        removed = False
-        for first_pass in (True, False):
-            p = [np.roll(m, (-dy, -dx), axis=(0, 1)) for dy, dx in ring]
-            neighbours = sum(p)
-            transitions = sum((p[i] == 0) & (p[(i + 1) % 8] == 1) for i in range(8))
-            if first_pass:
-                corner = (p[0] * p[2] * p[4] == 0) & (p[2] * p[4] * p[6] == 0)
-            else:
-                corner = (p[0] * p[2] * p[6] == 0) & (p[0] * p[4] * p[6] == 0)
-            remove = (m == 1) & (neighbours >= 2) & (neighbours <= 6) & (transitions == 1) & corner
-            if remove.any():
-                m[remove] = 0
-                removed = True
-        if not removed:
-            return m[1:-1, 1:-1].astype(bool)
-
-
-def thin_pen(digit: np.ndarray, rng: np.random.Generator) -> Image.Image:
-    """The digit redrawn along its centre line with a 1.5-4 px pen, 150-300 px tall, on a larger page; JPEG.
-    Not the same digit: MNIST's writers used pens of many widths, and a centre line loses each stroke's shape."""
-    size, pen = int(rng.integers(150, 300)), rng.uniform(1.5, 4)
-    line = skeleton(ink(digit, 112) >= 0.5)
-    scale, width = 4 * size / 112, max(1, round(4 * pen))  # drawn at 4x, then shrunk: anti-aliased
-    canvas = Image.new("L", (4 * size, 4 * size), 0)
-    draw = ImageDraw.Draw(canvas)
-    on = set(zip(*np.nonzero(line), strict=True))
-    for y, x in on:
-        cy, cx = (y + 0.5) * scale, (x + 0.5) * scale
-        draw.ellipse((cx - width / 2, cy - width / 2, cx + width / 2, cy + width / 2), fill=255)
-        for dy, dx in ((0, 1), (1, 0), (1, 1), (1, -1)):
-            if (y + dy, x + dx) in on:
-                draw.line((cx, cy, (x + dx + 0.5) * scale, (y + dy + 0.5) * scale), fill=255, width=width)
-    coverage = np.asarray(canvas.resize((size, size), Image.Resampling.BOX), dtype=np.float32) / 255
-    page = placed(coverage, size + int(rng.integers(40, 300)), rng)
-    return saved(np.stack([255 - 235 * page, 255 - 235 * page, 255 - 195 * page], axis=2), "JPEG", quality=90)
-
-
 KIND_NOTES = {name: " ".join(kind.__doc__.split()) for name, kind in KINDS.items()}
-KIND_NOTES["thin_pen"] = "The digit's centre line redrawn with a 1.5-4 px pen (not the same digit's shape), JPEG."
 
 
 def write_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:
@@ -112,7 +69,7 @@ def accuracy(rows: list[dict], labels: np.ndarray) -> float:
 
 
 def per_kind(args, ckpt: str, images: np.ndarray, labels: np.ndarray, work: Path) -> dict:
-    kinds = {**{name: kind for name, kind in KINDS.items() if name != "mnist_png"}, "thin_pen": thin_pen}
+    kinds = {name: kind for name, kind in KINDS.items() if name != "mnist_png"}
     results = {}
     for number, (name, kind) in enumerate(kinds.items()):
         rng = np.random.default_rng(args.seed + number)
@@ -185,7 +142,7 @@ def markdown(result: dict) -> str:
         )
     total = result["photo_like_total"]
     lines.append(
-        f"| **all but thin_pen** | {total['pictures']} | {total['accuracy']:.2%} | {total['mnist_form_accuracy']:.2%} "
+        f"| **all kinds** | {total['pictures']} | {total['accuracy']:.2%} | {total['mnist_form_accuracy']:.2%} "
         f"| {100 * (total['accuracy'] - total['mnist_form_accuracy']):+.1f} | {total['agreement']:.1%} |"
     )
     png = result["png_against_idx"]
@@ -233,7 +190,7 @@ def main() -> None:
             "checkpoint_test_acc": accuracy(test_rows, labels),
             "per_kind": per_kind(args, ckpt, images, labels, work),
         }
-        photo_like = [row for name, row in result["per_kind"].items() if name != "thin_pen"]
+        photo_like = list(result["per_kind"].values())
         pictures = sum(row["pictures"] for row in photo_like)
         result["photo_like_total"] = {"pictures": pictures} | {
             measure: sum(row[measure] * row["pictures"] for row in photo_like) / pictures

@@ -2,8 +2,8 @@
 export carries the same preprocessing.
 
 With real MNIST (MNIST_DATA_DIR), photo-like pictures of test digits (test_preprocessing.KINDS) are read within
-3 points of the same digits' accuracy in MNIST form, and MNIST's own test digits saved as PNG get the IDX
-file's predictions.
+3 points of the same digits' accuracy in MNIST form (digits drawn with a thin or a medium pen, kind by kind),
+and MNIST's own test digits saved as PNG get the IDX file's predictions.
 """
 
 import json
@@ -215,7 +215,7 @@ def test_photo_like_pictures_are_read_within_3_points_of_mnist_form(real_ckpt, r
     images, labels = mnist_test_set(real_mnist)
     kinds = [kind for kind in KINDS if kind != "mnist_png"]
     rng = np.random.default_rng(0)
-    chosen = rng.choice(len(images), 100 * len(kinds), replace=False)  # 1,300 pictures, 100 of each kind
+    chosen = rng.choice(len(images), 100 * len(kinds), replace=False)  # 100 pictures of each kind
     kind_of = [kinds[i % len(kinds)] for i in range(len(chosen))]
     pictures = [KINDS[kind](images[i], rng) for kind, i in zip(kind_of, chosen, strict=True)]
     paths = save_pictures(tmp_path / "pictures", pictures)
@@ -229,6 +229,22 @@ def test_photo_like_pictures_are_read_within_3_points_of_mnist_form(real_ckpt, r
     for kind in kinds:  # and no kind of picture is far off (100 pictures each: a few points of chance)
         mine = np.array(kind_of) == kind
         assert correct[mine].mean() >= reference[mine].mean() - 0.08, kind
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("kind", ["thin_pen", "medium_pen"])
+def test_pen_drawn_digits_are_read_within_3_points_of_mnist_form(real_ckpt, real_mnist, tmp_path, kind):
+    # A pen far thinner than MNIST's strokes, or about as thin as MNIST's thinnest: each on its own, 400 pictures.
+    images, labels = mnist_test_set(real_mnist)
+    rng = np.random.default_rng(1)
+    chosen = rng.choice(len(images), 400, replace=False)
+    paths = save_pictures(tmp_path / kind, [KINDS[kind](images[i], rng) for i in chosen])
+    write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
+    from_pictures = predict(real_ckpt, *paths, tmp_path=tmp_path)
+    in_mnist_form = predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
+    correct = np.mean([row["prediction"] == label for row, label in zip(from_pictures, labels[chosen], strict=True)])
+    reference = np.mean([row["prediction"] == label for row, label in zip(in_mnist_form, labels[chosen], strict=True)])
+    assert correct >= reference - 0.03
 
 
 @pytest.mark.real_data
