@@ -18,6 +18,7 @@ BAD_FLAGS = [
     (["--max_time", "00:00:00:00", "--quiet", "false"], 2, ["--max_time 00:00:00:00 trains nothing"]),
     (["--limit_train_batches", "1.5", "--quiet", "false"], 2, ["--limit_train_batches 1.5 is out of range"]),
     (["--lr", "inf"], 2, ["--lr inf is not a finite number"]),
+    (["--lr", "1e39"], 2, ["learning rate (lr) must be a positive number up to 3.4e+38, got 1e+39"]),
     (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
     (["--limit_train_batches", "0.00001"], 2, ["limit_train_batches", "Try at least"]),
@@ -217,7 +218,8 @@ def test_a_text_file_as_checkpoint_gets_no_advice_to_unpickle(fake_mnist, tmp_pa
     ("flags", "phrase"),
     [
         (["--batch_size", "0"], "--batch_size: 0 is out of range: it must be at least 1"),
-        (["--lr", "nan"], "--lr: nan is out of range: it must be above 0"),
+        (["--lr", "nan"], "--lr: nan is not a finite number"),
+        (["--lr", "1e39"], "--lr: 1e39 is out of range: it must be above 0 and at most 3.4"),
         (["--seed", "-1"], "--seed: -1 is out of range"),
         (["--max_epochs", "0"], "--max_epochs: 0 is out of range"),
         (["--num_workers", "100000"], "--num_workers: 100000 is out of range"),

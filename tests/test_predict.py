@@ -145,6 +145,20 @@ def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
     assert code == 2 and phrase in err and "--output" in err and "none.ckpt" not in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["x.png", "--min_confidence", "nan"], "--min_confidence nan is not a finite number"),
+        (["x.png", "--max_rows", "-1"], "--max_rows -1: use 0"),
+        ([], "inputs"),
+    ],
+)
+def test_bad_options_are_one_paragraph_without_usage(fake_ckpt, capsys, flags, phrase):
+    assert main(["--ckpt_path", fake_ckpt, *flags]) == 2
+    err = capsys.readouterr().err
+    assert phrase in one_line(err) and "usage:" not in err and err.startswith("Error:")
+
+
 def test_the_table_is_bounded_and_the_file_has_every_row(fake_ckpt, fake_mnist, capsys, tmp_path):
     idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
     output = tmp_path / "all.csv"
@@ -208,6 +222,13 @@ def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake
     (row,) = predict(fake_ckpt, path, tmp_path=tmp_path)
     assert row["prediction"] == int(probabilities.argmax())
     assert row["confidence"] == pytest.approx(float(probabilities.max()), abs=1e-6)
+
+
+def test_a_second_export_says_what_it_replaced(fake_ckpt, tmp_path, capsys):
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "[pt2]"]
+    assert export.main(flags) == 0 and "replaced" not in capsys.readouterr().out
+    assert export.main(flags) == 0
+    assert "model.pt2 (replaced the earlier one)" in capsys.readouterr().out
 
 
 @pytest.mark.real_data

@@ -151,6 +151,8 @@ def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn)
     assert "max_time: null" in (run / "config.yaml").read_text()
     stopped = json.loads((run / "metrics.json").read_text())["epochs"]
     assert stopped < 1000
+    # Checked at each epoch's end: the run holds whole epochs (10 steps each), which a resume continues.
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10 * stopped
     (run / "metrics.json").unlink()
     # The same limit again: the whole run's training time is already over it, and the message says so.
     assert resume(run, "--max_time", "00:00:00:01") == 2
@@ -158,4 +160,5 @@ def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn)
     # Without it, the resumed run trains to --max_epochs.
     assert resume(run, "--max_epochs", str(stopped + 2)) == 0
     assert json.loads((run / "metrics.json").read_text())["epochs"] == stopped + 2
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10 * (stopped + 2)
     assert not [str(w.message) for w in recwarn if "Timer" in str(w.message)]

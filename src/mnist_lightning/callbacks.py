@@ -3,9 +3,11 @@ and the learning-rate schedule's length on a resumed run that trains longer."""
 
 import math
 import time
+from datetime import timedelta
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import Timer
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
@@ -69,6 +71,23 @@ class EpochHistory(Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.rows = list(state_dict["rows"])
         self.fit_seconds_before = float(state_dict.get("fit_seconds", 0.0))
+
+
+class EpochTimer(Timer):
+    """``--max_time``, checked at the end of each epoch, so that a run stopped by it holds whole epochs.
+
+    Lightning's own check, after every batch, ends the epoch where it is as if it were complete: ``metrics.json``
+    would count a partial epoch as one, and a resumed run would skip the rest of it. A resumed run whose time is
+    already used up (the Timer counts the whole run's time, kept in its checkpoints) takes no step at all.
+    """
+
+    def __init__(self, duration: str | dict | timedelta) -> None:
+        super().__init__(duration=duration, interval="epoch")
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        if self.time_remaining() <= 0:
+            trainer.should_stop = True
 
 
 class ScheduleLength(Callback):

@@ -34,7 +34,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergedError, EpochHistory, ScheduleLength
+from .callbacks import DivergedError, EpochHistory, EpochTimer, ScheduleLength
 from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -540,6 +540,8 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
 def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: bool = False) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
     callbacks = [*as_list(config.callbacks), EpochHistory(), ScheduleLength()]
+    if config.max_time is not None:
+        callbacks.append(EpochTimer(config.max_time))
     if logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if config.enable_checkpointing is not False and config.limit_val_batches != 0:
@@ -558,6 +560,7 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
         plugins.append(AtomicCheckpointIO())
     settings = arguments_of(Trainer, config) | {"callbacks": callbacks, "logger": logger, "plugins": plugins}
+    settings["max_time"] = None  # EpochTimer above
     if config.quiet:
         settings |= {"enable_progress_bar": False, "enable_model_summary": False}
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import plain_pytorch
+from .devices import check_accelerator
 from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
 from .records import OutputDirError, new_run_dir, write_json
 
@@ -139,6 +140,7 @@ def summarize(runs: list[dict]) -> dict:
 
 def compare(args: argparse.Namespace) -> dict:
     rungs = list(dict.fromkeys(args.rungs))
+    check_accelerator(args.accelerator)  # in compare.py's terms, before any rung starts
     output_dir = new_run_dir(args.output_dir)
     runs: dict[str, list[dict]] = {rung: [] for rung in rungs}
     for repeat in range(args.repeats):

@@ -43,6 +43,8 @@ def bounded(kind: type = int, lowest: float | None = None, highest: float | None
             raise argparse.ArgumentTypeError(
                 f"{text} is not {'a whole number' if kind is int else 'a number'}"
             ) from None
+        if math.isnan(value) or math.isinf(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
         too_low = lowest is not None and (value <= lowest if above else value < lowest)
         if not math.isfinite(value) or too_low or (highest is not None and value > highest):
             low = f"above {lowest}" if above else f"at least {lowest}"

@@ -15,7 +15,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from . import preprocessing
 from .checkpoints import load_checkpoint
-from .cli import USER_ERRORS
+from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .errors import UserError, run_main
 from .records import check_writable, write_json
 
@@ -23,7 +23,9 @@ FORMATS = ("pt2", "onnx")
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="export.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(
+        prog="export.py", description=__doc__.splitlines()[0], exit_on_error=False, formatter_class=ReadableHelp
+    )
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--output_dir", type=str | None, default=None, help="Default: exports/ beside the checkpoint.")
     parser.add_argument("--formats", type=list[str], default=list(FORMATS), help="Any of pt2, onnx.")
@@ -58,6 +60,7 @@ def export(config: Namespace) -> dict[str, Path]:
     checkpoint = load_checkpoint(config.ckpt_path)
     net = checkpoint.model.net.eval()  # the plain nn.Module; Lightning stays behind
     output_dir.mkdir(parents=True, exist_ok=True)
+    earlier = {path for path in output_dir.iterdir() if path.name in ("model.pt2", "model.onnx", "preprocessing.json")}
     example = (torch.zeros(2, 1, 28, 28),)
     dynamic = {"images": {0: torch.export.Dim("batch")}}
     paths = {}
@@ -72,12 +75,12 @@ def export(config: Namespace) -> dict[str, Path]:
     paths["preprocessing"] = output_dir / "preprocessing.json"
     write_json(paths["preprocessing"], preprocessing_spec(data.mean, data.std))
     for name, path in paths.items():
-        print(f"{name}: {path}")
+        print(f"{name}: {path}" + (" (replaced the earlier one)" if path in earlier else ""))
     return paths
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: export(build_parser().parse_args(argv)), USER_ERRORS)
+    return run_main(lambda: export(parse_command_line(build_parser(), argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from .model import SimpleNN
-from .optim import OptimizerName, ScheduleName, build_optimizer, build_schedule
+from .optim import LARGEST_LR, OptimizerName, ScheduleName, build_optimizer, build_schedule
 
 IMAGE_SHAPE = (1, 28, 28)  # channels, height, width of MNIST, Fashion-MNIST and KMNIST images
 NUM_CLASSES = 10
@@ -42,8 +42,8 @@ class MNISTClassifier(LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        if not lr > 0:
-            raise ValueError(f"the learning rate (lr) must be a positive number, got {lr}")
+        if not 0 < lr <= LARGEST_LR:
+            raise ValueError(f"the learning rate (lr) must be a positive number up to {LARGEST_LR:.3g}, got {lr}")
         for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
             if not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value}")

@@ -8,6 +8,7 @@ from torch import nn
 
 OptimizerName = Literal["adam", "sgd"]
 ScheduleName = Literal["cosine", "constant"]
+LARGEST_LR = float(torch.finfo(torch.float32).max)  # the optimizers multiply float32 weights by it
 
 
 def build_optimizer(

@@ -25,7 +25,7 @@ from .data import DATASETS, DataError, TensorBatches, download, load, split_indi
 from .devices import why_no_cuda  # DEVICE:
 from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
 from .model import SimpleNN
-from .optim import build_optimizer, build_schedule
+from .optim import LARGEST_LR, build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
 
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_epochs", type=bounded(int, 1), default=12)
     parser.add_argument("--batch_size", type=bounded(int, 1), default=4096)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    parser.add_argument("--lr", type=bounded(float, 0, above=True), default=0.02)
+    parser.add_argument("--lr", type=bounded(float, 0, LARGEST_LR, above=True), default=0.02)
     parser.add_argument("--momentum", type=bounded(float, 0), default=0.9)
     parser.add_argument("--weight_decay", type=bounded(float, 0), default=0.0)
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine")

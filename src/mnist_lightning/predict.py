@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchvision.datasets.mnist import read_image_file
 
 from .checkpoints import load_checkpoint
-from .cli import USER_ERRORS
+from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .data import normalize
 from .devices import check_accelerator
 from .errors import UserError, run_main
@@ -38,7 +38,9 @@ COLUMNS = ["input", "status", "prediction", "confidence", *PROBABILITIES, "note"
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="predict.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(
+        prog="predict.py", description=__doc__.splitlines()[0], exit_on_error=False, formatter_class=ReadableHelp
+    )
     parser.add_argument("inputs", type=str, nargs="+", help="Image files, folders of images, or IDX files.")
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--output", type=str | None, default=None, help="Also write every row to a .csv or .json.")
@@ -159,6 +161,8 @@ def predict(config: Namespace) -> list[dict]:
     output = check_output(config.output)
     if not 0 <= config.min_confidence <= 1:
         raise UserError(f"--min_confidence {config.min_confidence}: use a probability between 0 and 1.")
+    if config.max_rows < 0:
+        raise UserError(f"--max_rows {config.max_rows}: use 0 (no table rows, only the summary) or more.")
     check_accelerator(config.accelerator)
     checkpoint = load_checkpoint(config.ckpt_path)
     data = checkpoint.datamodule
@@ -225,7 +229,8 @@ def print_table(rows: list[dict], max_rows: int, min_confidence: float) -> None:
                 mark = "  uncertain" if row["status"] == "uncertain" else ""
                 print(f"{row['input']:<{width}}  {row['prediction']:>5}  {row['confidence']:>10.4f}{mark}")
     if len(rows) > len(shown):
-        print(f"... and {len(rows) - len(shown)} more rows (--max_rows; --output writes them all)")
+        more = len(rows) - len(shown)
+        print(f"... and {more} more row{'s' * (more > 1)} (--max_rows; --output writes them all)")
     print(summary(rows, min_confidence))
 
 
@@ -252,7 +257,7 @@ def write_rows(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: predict(build_parser().parse_args(argv)), USER_ERRORS)
+    return run_main(lambda: predict(parse_command_line(build_parser(), argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":

@@ -37,5 +37,5 @@ def lightning_notes_ignored() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
         # A run stopped by --max_time, resumed without it: its time limit is not part of its record (see cli.py).
-        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
+        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['EpochTimer'\]")
         yield
