@@ -21,7 +21,8 @@ BAD_FLAGS = [
     (["--lr", "1e39"], 2, ["learning rate (lr) must be a positive number up to 3.4e+38, got 1e+39"]),
     (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
-    (["--limit_train_batches", "0.00001"], 2, ["limit_train_batches", "Try at least"]),
+    (["--limit_train_batches", "0.00001", "--quiet", "false"], 2, ["--limit_train_batches 1e-05 leaves no batch"]),
+    (["--limit_val_batches", "0.001"], 2, ["--limit_val_batches 0.001 leaves no batch", "Use at least 0.5"]),
     (["--net", "torch.nn.Flatten"], 2, ["maps a batch of images of shape [2, 1, 28, 28] to [2, 784]", "[2, 10]"]),
     (
         ["--net", "torch.nn.Linear", "--net.in_features", "-1", "--net.out_features", "10"],

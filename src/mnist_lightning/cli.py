@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import itertools
 import logging
+import math
 import os
 import re
 import shlex
@@ -45,7 +46,7 @@ from .checkpoints import (
     load_weights,
     read_checkpoint,
 )
-from .data import DataError
+from .data import DataError, training_set_size
 from .datamodule import MNISTDataModule
 from .devices import check_accelerator
 from .errors import UserError
@@ -376,6 +377,7 @@ def build_training(config: Namespace) -> Training:
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
+    refuse_too_small_fractions(config)
     trainer = build_trainer(built, run_dir, resume_hint(run_dir), resuming)
     record_network(model, config)
     if trainer.is_global_zero:
@@ -430,6 +432,24 @@ def refuse_empty_training(config: Namespace) -> None:
             f"{' and '.join(zero)} trains nothing, so there would be no trained model to test. Give it a positive "
             "value (or leave it out for the default); to test a model you have, use scripts/evaluate.py."
         )
+
+
+def refuse_too_small_fractions(config: Namespace) -> None:
+    """A --limit_train_batches or --limit_val_batches fraction that leaves less than one batch, said before
+    Lightning's banners (Lightning says it too, but only once the loaders exist). Checked for a plain count of
+    devices; any other --devices value is left to Lightning."""
+    if not str(config.devices).isdigit() or int(config.devices) < 1:
+        return
+    processes = int(config.devices) * config.num_nodes
+    train_size = training_set_size(config.data_dir, config.dataset)
+    for name, size in (("limit_train_batches", train_size - config.val_size), ("limit_val_batches", config.val_size)):
+        fraction = config[name]
+        batches = math.ceil(math.ceil(size / processes) / config.batch_size)
+        if isinstance(fraction, float) and 0 < fraction < 1 and int(batches * fraction) == 0:
+            raise UserError(
+                f"--{name} {fraction} leaves no batch: {fraction} of {batches} batches is less than one. Use at "
+                f"least {math.ceil(1000 / batches) / 1000:g}, or a number of batches (a whole number)."
+            )
 
 
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
