@@ -409,13 +409,15 @@ def build_classes(config: Namespace) -> Namespace:
         return build_parser().instantiate_classes(config)
     except Exception as error:  # whatever a user's class raises from its __init__
         text = str(error)
-        # jsonargparse reports the class's own error as the first of the ways it tried to read the value.
-        reason = re.search(r"Errors:\s*- (.*)", text)
+        # jsonargparse lists the ways it tried to read the value (in an order that varies between its versions):
+        # the class's own error is the one that is not about another type.
+        tried = re.findall(r"^  - (.*)", text, flags=re.MULTILINE)
+        reason = next((line for line in tried if not line.startswith(("Expected a", "Not a valid subclass"))), None)
         given = re.search(r"class_path='([^']+)'", text)
         flag = next((f"--{name}" for name in CLASS_OPTIONS if given and given[1] in str(config.get(name))), "--FLAG")
         what = f"{flag} {given[1]}" if given else "A class given by its class path"
         raise UserError(
-            f"{what} could not be built: {(reason[1] if reason else first_line(error)).rstrip('.')}. Check the "
+            f"{what} could not be built: {(reason or first_line(error)).rstrip('.')}. Check the "
             f"arguments given to it as {flag}.NAME VALUE."
         ) from error
 
