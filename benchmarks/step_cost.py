@@ -43,12 +43,12 @@ import torch
 import torch.nn.functional as F
 from lightning.fabric import Fabric
 from lightning.pytorch import Callback, Trainer
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
 from mnist_lightning import plain_pytorch, train_fabric
 from mnist_lightning.callbacks import EpochHistory, ScheduleLength
-from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint
+from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from mnist_lightning.cli import build_training, parse_args
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.lightning_module import MNISTClassifier
@@ -189,6 +189,21 @@ def plain_args(args, module) -> argparse.Namespace:
     return module.build_parser().parse_args(flags)
 
 
+def timed_epochs(train_epoch: Callable[[], object], loader, epochs: int, profile: cProfile.Profile | None) -> Clocks:
+    """Run ``train_epoch`` once per epoch and clock each; profile epoch 1 (after the warm-up) if asked."""
+    seconds = []
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        if profile and epoch == 1:
+            profile.enable()
+        start = clocks()
+        train_epoch()
+        seconds.append(since(start))
+        if profile:
+            profile.disable()
+    return seconds
+
+
 def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
     """The plain loop of plain_pytorch.py: its train_epoch, epoch after epoch."""
     settings = plain_args(args, plain_pytorch)
@@ -198,17 +213,8 @@ def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> C
     model = SimpleNN().to(device)
     optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
     schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
-    seconds = []
-    for epoch in range(args.epochs):
-        loaders["train"].sampler.set_epoch(epoch)
-        if profile and epoch == 1:
-            profile.enable()
-        start = clocks()
-        plain_pytorch.train_epoch(model, loaders["train"], optimizer, schedule, device)
-        seconds.append(since(start))
-        if profile:
-            profile.disable()
-    return seconds
+    train = functools.partial(plain_pytorch.train_epoch, model, loaders["train"], optimizer, schedule, device)
+    return timed_epochs(train, loaders["train"], args.epochs, profile)
 
 
 def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
@@ -221,17 +227,8 @@ def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> 
     optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
     schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
     model, optimizer = fabric.setup(model, optimizer)
-    seconds = []
-    for epoch in range(args.epochs):
-        loaders["train"].sampler.set_epoch(epoch)
-        if profile and epoch == 1:
-            profile.enable()
-        start = clocks()
-        train_fabric.train_epoch(model, loaders["train"], optimizer, schedule, fabric)
-        seconds.append(since(start))
-        if profile:
-            profile.disable()
-    return seconds
+    train = functools.partial(train_fabric.train_epoch, model, loaders["train"], optimizer, schedule, fabric)
+    return timed_epochs(train, loaders["train"], args.epochs, profile)
 
 
 def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | None = None, **change) -> Clocks:
@@ -247,14 +244,7 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
     if features.get("history"):
         callbacks += [EpochHistory(), ScheduleLength()]
     if features.get("checkpoints"):
-        best = ModelCheckpoint(
-            dirpath=work / "checkpoints",
-            filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
-            auto_insert_metric_name=False,
-            monitor="val/acc",
-            mode="max",
-        )
-        callbacks += [best, LastCheckpoint(work / "checkpoints", "resume")]
+        callbacks += [best_checkpoint(work / "checkpoints"), LastCheckpoint(work / "checkpoints", "resume")]
     if features.get("bar"):
         callbacks.append(TQDMProgressBar())
     torch.manual_seed(42)

@@ -188,6 +188,17 @@ class RunCheckpoint(ModelCheckpoint):
         super().load_state_dict(state_dict)
 
 
+def best_checkpoint(dirpath: Path) -> RunCheckpoint:
+    """``best-epochNN-accX.ckpt``: the weights with the best validation accuracy so far, which the run tests."""
+    return RunCheckpoint(
+        dirpath=dirpath,
+        filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
+        auto_insert_metric_name=False,
+        monitor="val/acc",
+        mode="max",
+    )
+
+
 class LastCheckpoint(RunCheckpoint):
     """``checkpoints/last.ckpt``, the resume point: rewritten at the end of every epoch, and when Ctrl-C or SIGTERM
     stops the run.

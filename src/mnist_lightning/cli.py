@@ -40,7 +40,7 @@ from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
     LastCheckpoint,
-    RunCheckpoint,
+    best_checkpoint,
     completed_epochs,
     first_line,
     load_weights,
@@ -137,12 +137,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         raise UserError(f"{explain(error)} {more_help(parser)}") from error
     check_ranges(config)
     if print_config:
-        built = build_classes(config)
-        try:  # the model's and the data module's own checks
-            MNISTDataModule(**arguments_of(MNISTDataModule, built))
-            MNISTClassifier(**arguments_of(MNISTClassifier, built))
-        except ValueError as error:
-            raise UserError(f"{error}.") from error
+        build_model_and_data(build_classes(config))  # the model's and the data module's own checks
         skip_none = any("skip_null" in arg for arg in print_config)
         print(parser.dump(config, skip_none=skip_none, skip_validation=True), end="")
         raise SystemExit(0)
@@ -368,11 +363,7 @@ def build_training(config: Namespace) -> Training:
     # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json: no banner.
     seed_everything(config.seed, workers=True, verbose=False)
     built = build_classes(config)
-    try:
-        datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
-        model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
-    except ValueError as error:
-        raise UserError(f"{error}.") from error
+    model, datamodule = build_model_and_data(built)
     if weights and not resuming:
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
@@ -392,6 +383,16 @@ def build_training(config: Namespace) -> Training:
 
 
 CLASS_OPTIONS = ("net", "callbacks", "logger", "plugins")  # options that take a class path and its arguments
+
+
+def build_model_and_data(built: Namespace) -> tuple[MNISTClassifier, MNISTDataModule]:
+    """The model and the data module of ``built`` (class paths already built); their own checks as messages."""
+    try:
+        datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
+        model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
+    except ValueError as error:
+        raise UserError(f"{error}.") from error
+    return model, datamodule
 
 
 def start_weights(config: Namespace) -> str | None:
@@ -567,14 +568,7 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
     if logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if config.enable_checkpointing is not False and config.limit_val_batches != 0:
-        best = RunCheckpoint(
-            dirpath=run_dir / "checkpoints",
-            filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
-            auto_insert_metric_name=False,
-            monitor="val/acc",
-            mode="max",
-        )
-        callbacks.append(best)
+        callbacks.append(best_checkpoint(run_dir / "checkpoints"))
     if config.enable_checkpointing is not False:
         # Without validation (--limit_val_batches 0) there is no best: the run tests its last weights.
         callbacks.append(LastCheckpoint(run_dir / "checkpoints", resume_hint))
