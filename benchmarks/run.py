@@ -49,6 +49,9 @@ RESULTS = Path(__file__).parent / "results"
 FLOOR = [sys.executable, "-c", "import lightning, jsonargparse"]
 # What the plain rung imports: torch and torchvision (and numpy), without Lightning.
 TORCH_FLOOR = [sys.executable, "-c", "import torch, torchvision"]
+# The plain rung's very process with ``import lightning`` first: the least any Lightning rung can take, since
+# Fabric and the Trainer do the plain loop's work and import Lightning too.
+PLAIN_AFTER_IMPORT = "import lightning, runpy; runpy.run_module('mnist_lightning.plain_pytorch', run_name='__main__')"
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "numpy", "matplotlib", "rich")
 
 
@@ -101,13 +104,16 @@ def spread(values: list[float]) -> dict:
 
 def floor(args, work: Path) -> dict:
     """Default train.py against the import floor, and the same run clocked phase by phase."""
-    seconds: dict[str, list[float]] = {"floor": [], "train": [], "phases": [], "torch floor": []}
+    seconds: dict[str, list[float]] = {"floor": [], "train": [], "phases": [], "torch floor": [], "plain+import": []}
     cpu: dict[str, list[float]] = {name: [] for name in seconds}
     phases: list[dict] = []
     accuracy = []
     for repeat, name in alternated(list(seconds), args.repeats):
         if name in ("floor", "torch floor"):
             command = FLOOR if name == "floor" else TORCH_FLOOR
+        elif name == "plain+import":
+            command = [sys.executable, "-c", PLAIN_AFTER_IMPORT, "--data_dir", args.data_dir]
+            command += ["--output_dir", str(work / f"plain_import_{repeat}")]
         else:
             script = "scripts/train.py" if name == "train" else "benchmarks/phases.py"
             command = [
@@ -139,11 +145,16 @@ def floor(args, work: Path) -> dict:
             "torch floor": shlex.join(["python", *TORCH_FLOOR[1:]]),
             "train": f"python scripts/train.py --data_dir {args.data_dir} --output_dir <new folder>",
             "phases": f"python benchmarks/phases.py --data_dir {args.data_dir} --output_dir <new folder>",
+            "plain+import": f"python -c {shlex.quote(PLAIN_AFTER_IMPORT)} --data_dir {args.data_dir}",
         },
         "seconds": summary,
         "ratio": {
             "median": summary["train"]["median"] / summary["floor"]["median"],
             "best": summary["train"]["best"] / summary["floor"]["best"],
+        },
+        "plain_import_ratio": {
+            "median": summary["plain+import"]["median"] / summary["floor"]["median"],
+            "best": summary["plain+import"]["best"] / summary["floor"]["best"],
         },
         "cpu_seconds": cpu_summary,
         "cpu_ratio": {
@@ -156,14 +167,28 @@ def floor(args, work: Path) -> dict:
     }
 
 
+def plain_after_lightning_import(flags: list[str], output_dir: Path) -> dict:
+    command = [sys.executable, "-c", PLAIN_AFTER_IMPORT, *flags, "--output_dir", str(output_dir)]
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    wall_seconds = time.perf_counter() - start
+    checked(command, result.returncode, result.stdout + result.stderr)
+    return json.loads((output_dir / "metrics.json").read_text()) | {"wall_seconds": wall_seconds}
+
+
 def rungs(args, work: Path, *flags: str) -> dict:
-    """Plain, Fabric and Trainer in alternated processes: whole process and median epoch, ratios to plain."""
+    """Plain, Fabric and Trainer in alternated processes: whole process and median epoch, ratios to plain. At the
+    defaults also the plain process after ``import lightning`` (``plain+import``), the least a Lightning rung
+    can take."""
     settings = compare_parser().parse_args(["--data_dir", args.data_dir, *flags])
-    names = ["plain", "fabric", "trainer"]
+    names = ["plain", "plain+import", "fabric", "trainer"] if not flags else ["plain", "fabric", "trainer"]
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for repeat, name in alternated(names, args.repeats):
         cpu_before = children_cpu_seconds()
-        run = run_rung(name, rung_flags(settings, name), work / f"{name}_{repeat}")
+        if name == "plain+import":
+            run = plain_after_lightning_import(rung_flags(settings, "plain"), work / f"plain_import_{repeat}")
+        else:
+            run = run_rung(name, rung_flags(settings, name), work / f"{name}_{repeat}")
         runs[name].append(run | {"cpu_seconds": children_cpu_seconds() - cpu_before})
     result: dict = {
         "command": "python scripts/compare.py " + shlex.join(["--data_dir", args.data_dir, *flags]),
@@ -189,7 +214,7 @@ def rungs(args, work: Path, *flags: str) -> dict:
         if name != "plain"
     }
     result["parity_with_plain"] = {
-        name: differences(runs["plain"][0], runs[name][0], "plain", name) for name in names if name != "plain"
+        name: differences(runs["plain"][0], runs[name][0], "plain", name) for name in ("fabric", "trainer")
     }
     return result
 
@@ -266,13 +291,21 @@ def markdown(results: dict) -> str:
             f"| `python scripts/train.py --data_dir <root>` | {cells('train')} |",
             f"| train.py / floor | {ratio['median']:.2f}x ({ratio['best']:.2f}x) | "
             f"{cpu_ratio['median']:.2f}x ({cpu_ratio['best']:.2f}x) |",
+            f"| the plain loop's default run after `import lightning` | {cells('plain+import')} |",
+            f"| that / floor: the least a Lightning run of this work can take | "
+            f"{result['plain_import_ratio']['median']:.2f}x ({result['plain_import_ratio']['best']:.2f}x) | |",
             "",
             "| phase of a default run (benchmarks/phases.py) | wall (s), median |",
             "|---|---|",
             *(f"| {name} | {value:.3f} |" for name, value in result["phases_median"].items()),
             "",
         ]
-    names = {"plain": "plain PyTorch", "fabric": "Fabric", "trainer": "Trainer"}
+    names = {
+        "plain": "plain PyTorch",
+        "plain+import": "plain PyTorch after `import lightning` (the least a Lightning rung can take)",
+        "fabric": "Fabric",
+        "trainer": "Trainer",
+    }
     for key, title in (("defaults", "defaults (batch 4096, 12 epochs)"), ("batch64", "batch 64, 3 epochs")):
         if key not in results:
             continue

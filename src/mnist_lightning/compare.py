@@ -11,6 +11,7 @@ of the repeats (the ``timeit`` convention: interference only adds time) of each 
 import argparse
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,9 @@ DEVICE_FOR_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "m
 SHARED = ("data_dir", "dataset", "batch_size", "max_epochs", "val_size", "optimizer", "lr", "momentum")
 SHARED += ("weight_decay", "lr_schedule", "pipeline", "num_workers", "seed")
 LOSSES = ("train/loss", "val/loss")
+# With --compile, each rung compiles its own code: PyTorch's on-disk compilation caches can hand a process code
+# that earlier runs compiled, and the compiled rungs' results then depend on what those runs were (see README).
+COMPILE_CACHES = "TORCHINDUCTOR_FORCE_DISABLE_CACHES"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,8 +81,9 @@ def rung_flags(args: argparse.Namespace, rung: str) -> list[str]:
 def run_rung(rung: str, flags: list[str], output_dir: Path) -> dict:
     """One run in a fresh process: its metrics.json, plus the process's wall time and its final weights."""
     command = [sys.executable, "-m", RUNGS[rung], *flags, "--output_dir", str(output_dir)]
+    env = os.environ | ({COMPILE_CACHES: "1"} if "--compile=true" in flags else {})
     start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     wall_seconds = time.perf_counter() - start
     if result.returncode != 0:  # the rung's own message, which names the flag (the rungs take the same flags)
         message = (result.stderr.strip() or result.stdout.strip())[-2000:].removeprefix("Error: ")

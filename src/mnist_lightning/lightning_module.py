@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from .model import SimpleNN
+from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, OptimizerName, ScheduleName, build_optimizer, build_schedule
 
 IMAGE_SHAPE = (1, 28, 28)  # channels, height, width of MNIST, Fashion-MNIST and KMNIST images
@@ -67,11 +67,10 @@ class MNISTClassifier(LightningModule):
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
 
     def configure_model(self) -> None:
-        # Lightning calls this hook before fit, validate, test and predict. nn.Module.compile() compiles the network
-        # in place, so its state_dict keys (and checkpoints) stay as they are; torch.compile(self.net) would
-        # prefix them with "_orig_mod.".
+        # Lightning calls this hook before fit, validate, test and predict. Compiled in place: checkpoints keep
+        # their keys (see compile_network).
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
-            self.net.compile()
+            compile_network(self.net)
 
     def on_train_epoch_start(self) -> None:
         # The epoch loss is saved in checkpoints (see __init__). A checkpoint written at an epoch's end holds that

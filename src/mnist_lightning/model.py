@@ -13,3 +13,15 @@ class SimpleNN(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.linear(self.flatten(images))
+
+
+def compile_network(net: nn.Module) -> None:
+    """``torch.compile`` the network in place, as every rung does with ``--compile true``.
+
+    In place (``nn.Module.compile``), so its ``state_dict`` keeps its keys: ``torch.compile(net)`` would prefix
+    them with ``_orig_mod.``. With dynamic batch sizes from the first call (``dynamic=True``, Lightning's advice for
+    inputs whose shape changes, as a smaller last batch does): by default a network is compiled for the first
+    batch's size and recompiled for any size seen later, so the code that trains it would depend on which batch
+    came first, and the Trainer's sanity check runs two validation batches before the first training step.
+    """
+    net.compile(dynamic=True)

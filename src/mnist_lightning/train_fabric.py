@@ -26,7 +26,7 @@ from torchvision import transforms
 from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
 from .devices import check_accelerator  # FABRIC:
 from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
-from .model import SimpleNN
+from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
 
@@ -202,7 +202,7 @@ def train(args: argparse.Namespace) -> dict:
     optimizer = build_optimizer(model.parameters(), args.optimizer, args.lr, args.momentum, args.weight_decay)
     schedule = build_schedule(optimizer, args.lr_schedule, args.max_epochs * len(loaders["train"]))
     if args.compile:
-        model.compile()  # in place: the state_dict keeps its keys (torch.compile(model) would add "_orig_mod.")
+        compile_network(model)
     model, optimizer = fabric.setup(model, optimizer)  # FABRIC: moves the model; wraps it for DDP and precision
 
     checkpoints = output_dir / "checkpoints"
