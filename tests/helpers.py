@@ -6,6 +6,7 @@ them are in conftest.py.
 
 import hashlib
 import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,18 @@ class SmallCNN(nn.Module):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.classifier(self.features(images).flatten(1))
+
+
+class CautiousNN(nn.Module):
+    """A network that warns as it is built and works: its warning must reach the user."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        warnings.warn("CautiousNN: a note from the network's author", UserWarning, stacklevel=2)
+        self.linear = nn.Linear(28 * 28, 10)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.linear(images.flatten(1))
 
 
 def train_run(*flags: str) -> dict:

@@ -260,3 +260,15 @@ def test_print_config_checks_the_values_it_prints(capsys):
     assert main(["--batch_size", "0", "--print_config"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "batch_size must be at least 1" in captured.err
+
+
+def test_a_networks_warnings_are_shown_only_when_the_network_is_accepted(fake_mnist, tmp_path, capsys, recwarn):
+    # torch warns "Initializing zero-element tensors is a no-op" as it builds nn.Linear(784, 0): noise above the
+    # message that refuses the network.
+    code = run(fake_mnist, tmp_path / "refused", "--net.num_classes", "0")
+    refusal = ["maps a batch of images of shape [2, 1, 28, 28] to [2, 0]"]
+    assert_clean_failure(capsys, code, 2, refusal, tmp_path / "refused")
+    assert not [warning for warning in recwarn if "zero-element" in str(warning.message)]
+
+    assert run(fake_mnist, tmp_path / "accepted", "--net", "helpers.CautiousNN", "--max_epochs", "1") == 0
+    assert [warning for warning in recwarn if "a note from the network's author" in str(warning.message)]

@@ -19,6 +19,7 @@ import re
 import shlex
 import shutil
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -137,7 +138,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         raise UserError(f"{explain(error)} {more_help(parser)}") from error
     check_ranges(config)
     if print_config:
-        build_model_and_data(build_classes(config))  # the model's and the data module's own checks
+        build_model_and_data(config)  # the model's and the data module's own checks
         skip_none = any("skip_null" in arg for arg in print_config)
         print(parser.dump(config, skip_none=skip_none, skip_validation=True), end="")
         raise SystemExit(0)
@@ -362,8 +363,7 @@ def build_training(config: Namespace) -> Training:
             logging.getLogger(name).setLevel(logging.WARNING)
     # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json: no banner.
     seed_everything(config.seed, workers=True, verbose=False)
-    built = build_classes(config)
-    model, datamodule = build_model_and_data(built)
+    built, model, datamodule = build_model_and_data(config)
     if weights and not resuming:
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
@@ -385,14 +385,21 @@ def build_training(config: Namespace) -> Training:
 CLASS_OPTIONS = ("net", "callbacks", "logger", "plugins")  # options that take a class path and its arguments
 
 
-def build_model_and_data(built: Namespace) -> tuple[MNISTClassifier, MNISTDataModule]:
-    """The model and the data module of ``built`` (class paths already built); their own checks as messages."""
-    try:
-        datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
-        model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
-    except ValueError as error:
-        raise UserError(f"{error}.") from error
-    return model, datamodule
+def build_model_and_data(config: Namespace) -> tuple[Namespace, MNISTClassifier, MNISTDataModule]:
+    """``config`` with its classes built (:func:`build_classes`), the model and the data module; their own checks
+    as messages."""
+    # What a network warns of as it is built (torch: "Initializing zero-element tensors is a no-op") is shown only
+    # if the model accepts it: before a refusal it is noise above the message that explains it.
+    with warnings.catch_warnings(record=True) as warned:
+        built = build_classes(config)
+        try:
+            datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
+            model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
+        except ValueError as error:
+            raise UserError(f"{error}.") from error
+    for warning in warned:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return built, model, datamodule
 
 
 def start_weights(config: Namespace) -> str | None:
