@@ -204,10 +204,13 @@ def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):
     assert "notes.png: not an image" in err and "No input could be read" in err and "Traceback" not in err
 
 
-def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path):
+def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path, capsys):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")
     assert export.main(["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export")]) == 0
+    files = {"pt2": "model.pt2", "onnx": "model.onnx", "preprocessing": "preprocessing.json"}
+    written = {f"{name}: {tmp_path / 'export' / file}" for name, file in files.items()}
+    assert set(capsys.readouterr().out.splitlines()) == written  # what it wrote, and nothing else
     assert [output.name for output in onnx.load(tmp_path / "export" / "model.onnx").graph.output] == ["logits"]
     spec = json.loads((tmp_path / "export" / "preprocessing.json").read_text())
     assert spec["from_picture"]["steps"] == STEPS and spec["output"]["name"] == "logits"

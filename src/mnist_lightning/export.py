@@ -69,7 +69,8 @@ def export(config: Namespace) -> dict[str, Path]:
         torch.export.save(torch.export.export(net, example, dynamic_shapes=dynamic), paths["pt2"])
     if "onnx" in config.formats:
         paths["onnx"] = output_dir / "model.onnx"
-        options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False}
+        # verbose=False: without it torch prints each step of the conversion; the command reports what it wrote.
+        options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False, "verbose": False}
         torch.onnx.export(net, example, paths["onnx"], dynamo=True, dynamic_shapes=dynamic, **options)
     data = checkpoint.datamodule
     paths["preprocessing"] = output_dir / "preprocessing.json"
