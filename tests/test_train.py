@@ -1,6 +1,10 @@
 """End-to-end Lightning runs on the small fake MNIST: fit, test, records, plots, loggers."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 import traceback
 
 import pytest
@@ -145,3 +149,19 @@ def test_without_validation_the_last_weights_are_tested_without_warnings(fake_mn
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["best_checkpoint"].endswith("last.ckpt") and metrics["test/acc"] is not None
     assert [path.name for path in (tmp_path / "run" / "checkpoints").iterdir()] == ["last.ckpt"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the note is about a machine without a usable GPU")
+def test_a_compiled_cpu_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_path):
+    # A CUDA toolkit (here CUDA_HOME) on a machine with no GPU makes torch's compiler log "No CUDA runtime is
+    # found" at WARNING level. With its own empty compilation cache, as a first run on a new machine.
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN, "--compile", "true"]
+    env = os.environ | {"CUDA_HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "mnist_lightning.train", *flags]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    err = result.stderr.lower()
+    for word in ("warning", "error", "traceback", "no cuda runtime"):
+        assert word not in err, result.stderr
+    assert not re.search(r"^[WE]\d{4} ", result.stderr, flags=re.MULTILINE), result.stderr  # torch's log lines

@@ -8,12 +8,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class _NoAdvertisement(logging.Filter):
+class _Dropped(logging.Filter):
+    """Drops a library's log records that start with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("💡 Tip:")
+        return not record.getMessage().startswith(self.prefix)
 
 
-_NO_ADVERTISEMENT = _NoAdvertisement()  # one instance: addFilter ignores it when it is already there
+# One instance each: addFilter ignores a filter that is already there.
+_NO_ADVERTISEMENT = _Dropped("💡 Tip:")
+_NO_CUDA_HOME_NOTE = _Dropped("No CUDA runtime is found")
 
 
 def apply_workarounds() -> None:
@@ -24,6 +32,10 @@ def apply_workarounds() -> None:
     # run, among the lines that describe the run; dropped by its prefix, so it can stay when Lightning stops it.
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(_NO_ADVERTISEMENT)
+    # torch >= 2.x, when --compile imports its C++ extension helpers on a machine with a CUDA toolkit (nvcc or
+    # CUDA_HOME) and no usable GPU, logs "No CUDA runtime is found, using CUDA_HOME=..." at WARNING level: true,
+    # harmless for a CPU run, and read as an error. A GPU run that finds no GPU is refused by devices.py first.
+    logging.getLogger("torch.utils.cpp_extension").addFilter(_NO_CUDA_HOME_NOTE)
 
 
 @contextmanager
