@@ -21,6 +21,14 @@ def test_three_rungs_in_their_own_processes_are_bit_identical(fake_mnist, tmp_pa
     assert saved["parity"] == result["parity"] and set(saved["ratios_to_plain"]) == {"fabric", "trainer"}
     table = format_table(result)
     assert table.count("bit-identical") == 3 and "Trainer" in table and "epoch 1" in table
+    assert table.count("/ plain") == 2
+
+
+def test_without_the_plain_rung_no_ratio_to_it_is_shown(fake_mnist, tmp_path):
+    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "300", "--max_epochs", "1"]
+    result = compare(build_parser().parse_args([*flags, "--rungs", "fabric", "trainer", "--output_dir", str(tmp_path)]))
+    assert "ratios_to_plain" not in result and result["parity"]["fabric vs trainer"]["weights_equal"]
+    assert "/ plain" not in format_table(result)
 
 
 def test_a_failing_rung_is_reported_not_raised(tmp_path, capsys, monkeypatch):

@@ -1,6 +1,7 @@
 """A user's mistake ends in one clear paragraph and a non-zero exit, never a traceback, and writes nothing."""
 
 import gzip
+import importlib.util
 import os
 
 import pytest
@@ -8,7 +9,9 @@ import torch
 from helpers import TINY_RUN, one_line
 from torchvision.datasets import MNIST
 
+from mnist_lightning.plain_pytorch import main as plain_main
 from mnist_lightning.train import main
+from mnist_lightning.train_fabric import main as fabric_main
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
@@ -272,3 +275,22 @@ def test_a_networks_warnings_are_shown_only_when_the_network_is_accepted(fake_mn
 
     assert run(fake_mnist, tmp_path / "accepted", "--net", "helpers.CautiousNN", "--max_epochs", "1") == 0
     assert [warning for warning in recwarn if "a note from the network's author" in str(warning.message)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
+@pytest.mark.parametrize("rung", ["trainer", "fabric"])
+def test_an_accelerator_whose_package_is_missing_is_one_message(fake_mnist, tmp_path, capsys, rung):
+    # Lightning knows "tpu" but needs torch_xla for it, and raises an ImportError as it builds the accelerator.
+    flags = ["--accelerator", "tpu"]
+    if rung == "trainer":
+        code = run(fake_mnist, tmp_path / "run", *flags)
+    else:
+        code = fabric_main(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *flags])
+    assert_clean_failure(capsys, code, 2, ["need a package that is not installed", "torch_xla"], tmp_path / "run")
+
+
+@pytest.mark.parametrize("rung_main", [plain_main, fabric_main], ids=["plain", "fabric"])
+def test_a_validation_set_the_data_cannot_serve_is_a_usage_error_on_every_rung(fake_mnist, tmp_path, capsys, rung_main):
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), "--val_size", "1200"]
+    phrase = "val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 1200."
+    assert_clean_failure(capsys, rung_main(flags), 2, [phrase], tmp_path / "run")

@@ -50,7 +50,7 @@ from .checkpoints import (
 from .data import DataError, training_set_size
 from .datamodule import MNISTDataModule
 from .devices import check_accelerator
-from .errors import UserError
+from .errors import UserError, missing_package
 from .lightning_module import MNISTClassifier
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 
@@ -592,6 +592,8 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
         raise UserError(
             f"The Trainer settings are not valid: {first_line(error)}. {trainer_hint(str(error))}"
         ) from error
+    except ImportError as error:  # an accelerator, strategy or precision whose package is missing
+        raise UserError(missing_package(error)) from error
 
 
 def trainer_hint(message: str) -> str:

@@ -181,14 +181,20 @@ def format_table(result: dict) -> str:
     def each(key: str, form: str) -> list[str]:
         return ["-" if summary[key] is None else format(summary[key], form) for summary in rungs.values()]
 
-    ratios = result.get("ratios_to_plain", {})
+    ratios = result.get("ratios_to_plain")  # only when the plain rung ran
+
+    def to_plain(key: str) -> list[str]:
+        if ratios is None:
+            return []
+        return [row("  / plain", ["1.00x" if r == "plain" else f"{ratios[r][key]:.2f}x" for r in rungs])]
+
     lines = [
         row("", [NAMES[rung] for rung in rungs]),
         row("test accuracy (%)", [f"{100 * summary['test/acc']:.2f}" for summary in rungs.values()]),
         row("epoch (s), median", each("epoch_seconds", ".3f")),
-        row("  / plain", [f"{ratios[r]['epoch']:.2f}x" if r in ratios else "1.00x" for r in rungs]),
+        *to_plain("epoch"),
         row("whole process (s)", each("wall_seconds", ".2f")),
-        row("  / plain", [f"{ratios[r]['wall']:.2f}x" if r in ratios else "1.00x" for r in rungs]),
+        *to_plain("wall"),
         row("peak host memory (MB)", each("peak_host_mb", ".0f")),
         row("peak GPU memory (MB)", each("peak_gpu_mb", ".0f")),
         "train/loss per epoch:",

@@ -26,6 +26,16 @@ class UserError(Exception):
         self.exit_code = exit_code
 
 
+def missing_package(error: ImportError) -> str:
+    """The message for settings whose package is not installed (``--accelerator tpu`` without torch_xla): Lightning
+    raises an ImportError, with the package and how to install it, when it builds the accelerator."""
+    text = " ".join(str(error).split()).rstrip(".") or f"No module named {error.name!r}"
+    return (
+        f"These settings need a package that is not installed: {text}. Install it, or choose another --accelerator "
+        "(cpu, gpu, mps or auto), --strategy or --precision."
+    )
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, with a bad command line reported as a UserError: one paragraph, no usage dump."""
 

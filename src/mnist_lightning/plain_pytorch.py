@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms
 
-from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
+from .data import DATASETS, DataError, DataSettingError, TensorBatches, download, load, split_indices
 from .devices import why_no_cuda  # DEVICE:
 from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
 from .model import SimpleNN, compile_network
@@ -84,8 +84,8 @@ def build_loaders(args: argparse.Namespace, device: torch.device) -> dict:  # DE
     images, labels = load(args.data_dir, args.dataset, train=True)
     try:
         train_idx, val_idx = split_indices(len(labels), args.val_size, args.split_seed)
-    except ValueError as error:
-        raise DataError(str(error)) from error
+    except ValueError as error:  # a --val_size the dataset cannot serve: a usage error
+        raise DataSettingError(f"{error}.") from error
     if args.pipeline == "per_sample":  # torchvision's per-image path, through a DataLoader
         transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((info.mean,), (info.std,))])
         train_set = info.torchvision_class(args.data_dir, train=True, transform=transform)

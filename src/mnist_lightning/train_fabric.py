@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms
 
-from .data import DATASETS, DataError, TensorBatches, download, load, split_indices
+from .data import DATASETS, DataError, DataSettingError, TensorBatches, download, load, split_indices
 from .devices import check_accelerator  # FABRIC:
-from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
+from .errors import ArgumentParser, UserError, bounded, missing_package, run_main, true_or_false
 from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
@@ -74,6 +74,8 @@ def build_fabric(args: argparse.Namespace) -> L.Fabric:  # FABRIC: Fabric picks,
         )  # FABRIC:
     except (ValueError, TypeError, RuntimeError) as error:  # FABRIC: Lightning's messages list the valid values
         raise UserError(f"The Fabric settings are not valid: {error}") from error  # FABRIC:
+    except ImportError as error:  # FABRIC: an accelerator, strategy or precision whose package is missing
+        raise UserError(missing_package(error)) from error  # FABRIC:
 
 
 def choose_run_dir(output_dir: str | None) -> Path:  # FABRIC: every process must write into one run folder
@@ -105,8 +107,8 @@ def build_loaders(args: argparse.Namespace, fabric: L.Fabric) -> dict:  # FABRIC
     images, labels = load(args.data_dir, args.dataset, train=True)
     try:
         train_idx, val_idx = split_indices(len(labels), args.val_size, args.split_seed)
-    except ValueError as error:
-        raise DataError(str(error)) from error
+    except ValueError as error:  # a --val_size the dataset cannot serve: a usage error
+        raise DataSettingError(f"{error}.") from error
     if args.pipeline == "per_sample":  # torchvision's per-image path, through a DataLoader
         transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((info.mean,), (info.std,))])
         train_set = info.torchvision_class(args.data_dir, train=True, transform=transform)
