@@ -122,6 +122,9 @@ def test_fabric_rung_reports_bad_settings_in_one_paragraph(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert err.startswith("Error: The Fabric settings are not valid") and "Traceback" not in err
     assert not (tmp_path / "x").exists()
+    assert train_fabric.main(["--devices", "0", "--output_dir", str(tmp_path / "x")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--devices takes a count like 1, a list of GPU indices" in err and "CPU cores" in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when no GPU is usable")
@@ -130,3 +133,4 @@ def test_gpu_flags_without_a_gpu_are_refused_on_both_rungs(tmp_path, capsys):
     assert plain_pytorch.main(["--device", "cuda", "--output_dir", str(tmp_path / "p")]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert err.count("asks for a GPU, but none can be used") == 2
+    assert "--accelerator cpu" in err and "--device cpu" in err  # each says what to run instead, in its own flags

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -49,7 +48,7 @@ from .checkpoints import (
 )
 from .data import DataError, training_set_size
 from .datamodule import MNISTDataModule
-from .devices import check_accelerator
+from .devices import check_accelerator, device_flags_hint
 from .errors import UserError, missing_package
 from .lightning_module import MNISTClassifier
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
@@ -597,13 +596,5 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
 
 
 def trainer_hint(message: str) -> str:
-    """What to pass instead, for the settings Lightning's message is about (its own lists leave out "gpu")."""
-    if "accelerator name" in message:
-        return "--accelerator takes cpu, gpu (any GPU PyTorch can use), cuda, mps, tpu or auto."
-    if "devices" in message:
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return (
-            "--devices takes a count like 1, a list of GPU indices like [0, 1], -1 for all, or auto; this machine "
-            f"has {gpus} usable GPU(s) and {os.cpu_count()} CPU cores."
-        )
-    return "Run `python scripts/train.py --help` for every option."
+    """What to pass instead, for the settings Lightning's message is about."""
+    return device_flags_hint(message) or "Run `python scripts/train.py --help` for every option."

@@ -53,6 +53,20 @@ def check_accelerator(accelerator: str, devices: object = 1) -> None:
     )
 
 
+def device_flags_hint(message: str) -> str:
+    """What to pass instead, when Lightning's message (Trainer or Fabric) is about --accelerator or --devices; its
+    own lists leave out "gpu" and say nothing of this machine. Empty for other messages."""
+    if "accelerator name" in message:
+        return "--accelerator takes cpu, gpu (any GPU PyTorch can use), cuda, mps, tpu or auto."
+    if "devices" in message:
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return (
+            "--devices takes a count like 1, a list of GPU indices like [0, 1], -1 for all, or auto; this machine "
+            f"has {gpus} usable GPU(s) and {os.cpu_count()} CPU cores."
+        )
+    return ""
+
+
 def lightning_choice() -> str:
     """What ``--accelerator auto --devices auto`` resolves to, asked of Lightning itself."""
     from lightning.pytorch import Trainer

@@ -61,7 +61,10 @@ def choose_device(name: str) -> torch.device:  # DEVICE: picking and checking a 
     except RuntimeError as error:  # DEVICE:
         raise UserError(f"--device {name} is not a device; use auto, cpu, cuda, cuda:N or mps.") from error  # DEVICE:
     if device.type == "cuda" and not torch.cuda.is_available():  # DEVICE:
-        raise UserError(f"--device {name} asks for a GPU, but none can be used: {why_no_cuda()}.")  # DEVICE:
+        raise UserError(  # DEVICE:
+            f"--device {name} asks for a GPU, but none can be used: {why_no_cuda()}. Run on the CPU with "  # DEVICE:
+            "--device cpu, or use --device auto to take a GPU whenever one is usable."  # DEVICE:
+        )  # DEVICE:
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():  # DEVICE:
         raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s).")  # DEVICE:
     return device  # DEVICE:

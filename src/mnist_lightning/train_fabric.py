@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms
 
 from .data import DATASETS, DataError, DataSettingError, TensorBatches, download, load, split_indices
-from .devices import check_accelerator  # FABRIC:
+from .devices import check_accelerator, device_flags_hint  # FABRIC:
 from .errors import ArgumentParser, UserError, bounded, missing_package, run_main, true_or_false
 from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, build_optimizer, build_schedule
@@ -73,7 +73,8 @@ def build_fabric(args: argparse.Namespace) -> L.Fabric:  # FABRIC: Fabric picks,
             precision=args.precision,  # FABRIC:
         )  # FABRIC:
     except (ValueError, TypeError, RuntimeError) as error:  # FABRIC: Lightning's messages list the valid values
-        raise UserError(f"The Fabric settings are not valid: {error}") from error  # FABRIC:
+        hint = device_flags_hint(str(error)) or "Run scripts/train_fabric.py --help for every option."  # FABRIC:
+        raise UserError(f"The Fabric settings are not valid: {str(error).rstrip('.')}. {hint}") from error  # FABRIC:
     except ImportError as error:  # FABRIC: an accelerator, strategy or precision whose package is missing
         raise UserError(missing_package(error)) from error  # FABRIC:
 
