@@ -24,9 +24,11 @@ def test_three_rungs_in_their_own_processes_are_bit_identical(fake_mnist, tmp_pa
     assert table.count("/ plain") == 2
 
 
-def test_without_the_plain_rung_no_ratio_to_it_is_shown(fake_mnist, tmp_path):
+def test_without_the_plain_rung_no_ratio_to_it_is_shown(fake_mnist, tmp_path, capsys):
     flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "300", "--max_epochs", "1"]
     result = compare(build_parser().parse_args([*flags, "--rungs", "fabric", "trainer", "--output_dir", str(tmp_path)]))
+    # Each run is announced as it starts, on stderr.
+    assert capsys.readouterr().err.splitlines() == ["Running Fabric (1 of 1)...", "Running Trainer (1 of 1)..."]
     assert "ratios_to_plain" not in result and result["parity"]["fabric vs trainer"]["weights_equal"]
     assert "/ plain" not in format_table(result)
 

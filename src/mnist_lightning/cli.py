@@ -271,6 +271,11 @@ def check_config_file(path: Path, options: set[str]) -> None:
 def explain(error: ArgumentError) -> str:
     """jsonargparse's message about one option, as a sentence about the flag a user typed."""
     text = " ".join(str(error).split())
+    if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):
+        # argparse takes a flag's first letters for the flag; "--devices+" is jsonargparse's append form of --devices.
+        options = [option for option in ambiguous[2].split(", ") if not option.endswith("+")]
+        listed = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else "".join(options)
+        return f"{ambiguous[1]} is not an option; did you mean {listed}?"
     match = re.match(r'Parser key "([^"]+)": (.*)', text)
     if not match:
         return text.rstrip(".") + "."

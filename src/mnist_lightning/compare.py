@@ -150,6 +150,8 @@ def compare(args: argparse.Namespace) -> dict:
     runs: dict[str, list[dict]] = {rung: [] for rung in rungs}
     for repeat in range(args.repeats):
         for rung in rungs if repeat % 2 == 0 else reversed(rungs):
+            # Progress on stderr (stdout is the table or the JSON): a run can take minutes at small batch sizes.
+            print(f"Running {NAMES[rung]} ({repeat + 1} of {args.repeats})...", file=sys.stderr, flush=True)
             runs[rung].append(run_rung(rung, rung_flags(args, rung), output_dir / f"{rung}_{repeat}"))
     result: dict = {"rungs": {rung: summarize(rung_runs) for rung, rung_runs in runs.items()}}
     first = {rung: rung_runs[0] for rung, rung_runs in runs.items()}

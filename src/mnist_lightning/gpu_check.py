@@ -93,7 +93,8 @@ class Check:
             metrics = json.loads((self.work / run / "metrics.json").read_text())
             assert metrics["accelerator"] == ("cuda" if self.gpu else "cpu"), f"ran on {metrics['accelerator']}"
             assert precision is None or metrics["precision"] == precision, f"precision {metrics['precision']}"
-            assert metrics["test/acc"] >= self.args.min_acc, f"test accuracy {metrics['test/acc']:.4f}"
+            accuracy = metrics["test/acc"]
+            assert accuracy >= self.args.min_acc, f"test accuracy {accuracy:.4f}, below --min_acc {self.args.min_acc}"
             epoch = min(row["seconds"] for row in metrics["history"])
             gpu_mb = metrics.get("peak_gpu_mb")
             return f"test/acc {metrics['test/acc']:.4f}, fastest epoch {epoch:.3f} s" + (
