@@ -143,3 +143,27 @@ def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
     for run in (trainer, fabric):
         assert isinstance(run.strategy.cluster_environment, SLURMEnvironment)
         assert (run.world_size, run.global_rank, run.local_rank, run.node_rank) == (world, 5, 1, 1)
+
+
+def test_an_entry_point_that_ends_well_destroys_its_gloo_process_group(tmp_path):
+    # Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's shutdown can abort the
+    # process (SIGABRT) and leave torchrun waiting at its exit barrier. run_main ends it after a good run.
+    from mnist_lightning.errors import UserError, run_main
+
+    def start_group(name: str) -> None:
+        store = f"file://{tmp_path / name}"
+        torch.distributed.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+
+    def start_group_then_fail() -> None:
+        start_group("second")
+        raise UserError("stopped")
+
+    try:
+        assert run_main(lambda: start_group("first")) == 0
+        assert not torch.distributed.is_initialized()
+        # After an error the group is left alone: the other processes may still be in a collective.
+        assert run_main(start_group_then_fail) == 2
+        assert torch.distributed.is_initialized()
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

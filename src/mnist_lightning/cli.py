@@ -48,8 +48,8 @@ from .checkpoints import (
 )
 from .data import DataError, training_set_size
 from .datamodule import MNISTDataModule
-from .devices import check_accelerator, device_flags_hint
-from .errors import UserError, missing_package
+from .devices import check_accelerator, device_flags_hint, missing_package
+from .errors import UserError
 from .lightning_module import MNISTClassifier
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 

@@ -67,6 +67,16 @@ def device_flags_hint(message: str) -> str:
     return ""
 
 
+def missing_package(error: ImportError) -> str:
+    """The message for settings whose package is not installed (``--accelerator tpu`` without torch_xla): Lightning
+    raises an ImportError, with the package and how to install it, when it builds the accelerator."""
+    text = " ".join(str(error).split()).rstrip(".") or f"No module named {error.name!r}"
+    return (
+        f"These settings need a package that is not installed: {text}. Install it, or choose another --accelerator "
+        "(cpu, gpu, mps or auto), --strategy or --precision."
+    )
+
+
 def lightning_choice() -> str:
     """What ``--accelerator auto --devices auto`` resolves to, asked of Lightning itself."""
     from lightning.pytorch import Trainer

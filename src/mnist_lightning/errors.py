@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Callable
 from typing import NoReturn
 
-from .workarounds import apply_workarounds
+from .workarounds import apply_workarounds, end_process_group
 
 USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
 INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIGINT)
@@ -24,16 +24,6 @@ class UserError(Exception):
     def __init__(self, message: str, exit_code: int = USAGE_ERROR) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def missing_package(error: ImportError) -> str:
-    """The message for settings whose package is not installed (``--accelerator tpu`` without torch_xla): Lightning
-    raises an ImportError, with the package and how to install it, when it builds the accelerator."""
-    text = " ".join(str(error).split()).rstrip(".") or f"No module named {error.name!r}"
-    return (
-        f"These settings need a package that is not installed: {text}. Install it, or choose another --accelerator "
-        "(cpu, gpu, mps or auto), --strategy or --precision."
-    )
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -91,6 +81,7 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
     except KeyboardInterrupt:  # Ctrl-C outside training (start-up, testing): nothing to save there
         print("\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
+    end_process_group()
     return 0
 
 

@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms
 
 from .data import DATASETS, DataError, DataSettingError, TensorBatches, download, load, split_indices
-from .devices import check_accelerator, device_flags_hint  # FABRIC:
-from .errors import ArgumentParser, UserError, bounded, missing_package, run_main, true_or_false
+from .devices import check_accelerator, device_flags_hint, missing_package  # FABRIC:
+from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
 from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json

@@ -3,6 +3,7 @@ go. Applied once, by :func:`mnist_lightning.errors.run_main`, which every entry 
 fit and test (:func:`lightning_notes_ignored`)."""
 
 import logging
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,3 +52,16 @@ def lightning_notes_ignored() -> Iterator[None]:
         # A run stopped by --max_time, resumed without it: its time limit is not part of its record (see cli.py).
         warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['EpochTimer'\]")
         yield
+
+
+def end_process_group() -> None:
+    """After a distributed run that ended well, destroy its process group, as PyTorch's docs advise.
+
+    Lightning 2.6 does this at exit for NCCL groups only. A gloo group (DDP on CPUs, the two-node run) left to the
+    interpreter's shutdown can abort the process ("terminate called without an active exception", SIGABRT)
+    while gloo's threads release their work, and torchrun then waits out its exit barrier. Not after an error:
+    the other processes may still be in a collective. Can go when Lightning destroys groups of every backend.
+    """
+    distributed = sys.modules.get("torch.distributed")  # only if the run imported it
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
