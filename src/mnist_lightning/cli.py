@@ -594,12 +594,8 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
         return Trainer(default_root_dir=run_dir, **settings)
     except (MisconfigurationException, TypeError, ValueError) as error:
         raise UserError(
-            f"The Trainer settings are not valid: {first_line(error)}. {trainer_hint(str(error))}"
+            f"The Trainer settings are not valid: {first_line(error)}. "
+            + (device_flags_hint(str(error)) or "Run `python scripts/train.py --help` for every option.")
         ) from error
     except ImportError as error:  # an accelerator, strategy or precision whose package is missing
         raise UserError(missing_package(error)) from error
-
-
-def trainer_hint(message: str) -> str:
-    """What to pass instead, for the settings Lightning's message is about."""
-    return device_flags_hint(message) or "Run `python scripts/train.py --help` for every option."

@@ -1,9 +1,8 @@
 """Workarounds for the library versions this template supports, each with the reason it is here and when it can
-go. Applied once, by :func:`mnist_lightning.errors.run_main`, which every entry point goes through, and around
-fit and test (:func:`lightning_notes_ignored`)."""
+go. Applied once, by :func:`mnist_lightning.errors.run_main`, which every entry point goes through, around
+fit and test (:func:`lightning_notes_ignored`), and at the end of a run that ended well (:func:`end_process_group`)."""
 
 import logging
-import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ def apply_workarounds() -> None:
     # run, among the lines that describe the run; dropped by its prefix, so it can stay when Lightning stops it.
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(_NO_ADVERTISEMENT)
-    # torch >= 2.x, when --compile imports its C++ extension helpers on a machine with a CUDA toolkit (nvcc or
+    # torch (2.14, 2.15), when --compile imports its C++ extension helpers on a machine with a CUDA toolkit (nvcc or
     # CUDA_HOME) and no usable GPU, logs "No CUDA runtime is found, using CUDA_HOME=..." at WARNING level: true,
     # harmless for a CPU run, and read as an error. A GPU run that finds no GPU is refused by devices.py first.
     logging.getLogger("torch.utils.cpp_extension").addFilter(_NO_CUDA_HOME_NOTE)
@@ -62,6 +61,7 @@ def end_process_group() -> None:
     while gloo's threads release their work, and torchrun then waits out its exit barrier. Not after an error:
     the other processes may still be in a collective. Can go when Lightning destroys groups of every backend.
     """
-    distributed = sys.modules.get("torch.distributed")  # only if the run imported it
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        distributed.destroy_process_group()
+    import torch.distributed as dist  # here: this module is imported before torch, and every entry point loads it
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
