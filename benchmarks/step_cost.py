@@ -2,7 +2,7 @@
 """Lightning's fixed cost per training step, and what it is made of, against the plain loop, in one process.
 
     python benchmarks/step_cost.py --data_dir <MNIST root> --batch_size 64 --repeats 5
-    # writes benchmarks/results/step_cost_cpu.json
+    # writes benchmarks/results/step_cost_cpu.json; --accelerator gpu: step_cost_gpu.json
 
 Every configuration trains SimpleNN on the same device-resident batches with the same optimizer and schedule;
 each is timed over the training batches of an epoch only (from the epoch's start to the start of its
@@ -47,7 +47,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
 from mnist_lightning import plain_pytorch, train_fabric
-from mnist_lightning.callbacks import EpochHistory, ScheduleLength
+from mnist_lightning.callbacks import EpochHistory, ScheduleLength, ThrottledBar
 from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from mnist_lightning.cli import build_training, parse_args
 from mnist_lightning.datamodule import MNISTDataModule
@@ -68,17 +68,15 @@ class BareStep(MNISTClassifier):
         return F.cross_entropy(self(images), labels, reduction="none").mean()
 
 
-class LogOncePerEpoch(MNISTClassifier):
-    """The template's step without its per-step ``self.log``: the MeanMetric is logged once, at the epoch's end."""
+class LogMetricEveryStep(MNISTClassifier):
+    """The template's step as it was: the MeanMetric updated and passed to ``self.log`` at every step."""
 
     def training_step(self, batch, batch_idx):
         images, labels = batch
         losses = F.cross_entropy(self(images), labels, reduction="none")
         self.train_loss.update(losses.detach())
+        self.log("train/loss", self.train_loss, on_step=False, on_epoch=True, prog_bar=True)
         return losses.mean()
-
-    def on_train_epoch_end(self) -> None:
-        self.log("train/loss", self.train_loss, prog_bar=True)
 
 
 class LogEveryStep(MNISTClassifier):
@@ -93,7 +91,9 @@ class LogEveryStep(MNISTClassifier):
 
 def clocks() -> tuple[float, float]:
     """Wall time, and the CPU time of this process (all its threads): the second does not grow while other
-    processes on a shared machine hold the cores, the first does."""
+    processes on a shared machine hold the cores, the first does. On a GPU, after the queued work is done."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.perf_counter(), time.process_time()
 
 
@@ -119,30 +119,33 @@ class TrainingClock(Callback):
 # Cumulative: each Trainer row adds one feature to the row above it.
 TRAINER_ROWS = [
     ("Trainer: training_step returns the loss; no logger, checkpoints, bar or summary", {}),
-    ("+ the template's training_step: MeanMetric.update and self.log(metric, on_epoch=True)", {"module": "template"}),
+    ("+ the template's training_step: MeanMetric.update each step, logged once per epoch", {"module": "template"}),
     ("+ CSVLogger, written every 10 steps", {"logger": True}),
     ("+ LearningRateMonitor, every step", {"lr_monitor": True}),
     ("+ checkpoints: best (ModelCheckpoint) and last.ckpt (LastCheckpoint), atomic writes", {"checkpoints": True}),
     ("+ EpochHistory and ScheduleLength (the template's callbacks)", {"history": True}),
     ("+ model summary", {"summary": True}),
-    ("+ TQDMProgressBar (Lightning's default bar without rich)", {"bar": "tqdm"}),
+    ("+ the template's bar (ThrottledBar: TQDM, redrawn at most every 0.1 s), in a terminal", {"bar": "throttled"}),
 ]
 TEMPLATE_ROWS = [
-    "template: the Trainer of scripts/train.py (cli.build_training); RichProgressBar, rich being installed",
+    "template: the Trainer of scripts/train.py (cli.build_training), its bar drawn in a terminal",
     "template, --enable_progress_bar false",
 ]
 # Not part of the ladder: what one change to a row above would do.
 DIAGNOSTIC_ROWS = [  # (name, the Trainer row changed, or None for the template; the change; NVML check on)
     ("bare Trainer with torch's cached CUDA check, as in a process without Lightning", 0, {}, False),
     (
-        "the template's training_step, but the MeanMetric logged once per epoch (on_train_epoch_end)",
+        "the template's model, but self.log(MeanMetric) at every step (as before)",
         1,
-        {"module": "once"},
+        {"module": "every_step"},
         True,
     ),
+    ("the ladder, but Lightning's default TQDMProgressBar (redrawn every batch)", 7, {"bar": "tqdm"}, True),
+    ("bare Trainer + 7 callbacks that override no hook (Lightning's cost per callback)", 0, {"idle": 7}, True),
+    ("bare Trainer + 14 callbacks that override no hook", 0, {"idle": 14}, True),
     ("template, but self.log(loss, on_step=True, on_epoch=True, prog_bar=True) every step", None, {}, True),
 ]
-MODULES = {"bare": BareStep, "template": MNISTClassifier, "once": LogOncePerEpoch}
+MODULES = {"bare": BareStep, "template": MNISTClassifier, "every_step": LogMetricEveryStep}
 # Lightning's import sets this (lightning/fabric/__init__.py) so that no CUDA check initializes CUDA before a
 # fork; torch then asks NVML afresh at every torch.cuda.is_available(), which every Optimizer.step calls.
 # A process that never imports Lightning (the plain loop) has torch's cached check.
@@ -207,7 +210,7 @@ def timed_epochs(train_epoch: Callable[[], object], loader, epochs: int, profile
 def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
     """The plain loop of plain_pytorch.py: its train_epoch, epoch after epoch."""
     settings = plain_args(args, plain_pytorch)
-    device = torch.device("cpu")
+    device = torch.device("cuda" if args.accelerator == "gpu" else "cpu")
     loaders = plain_pytorch.build_loaders(settings, device)
     torch.manual_seed(42)
     model = SimpleNN().to(device)
@@ -220,7 +223,7 @@ def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> C
 def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
     """The loop of train_fabric.py: its train_epoch with Fabric's backward and the model Fabric set up."""
     settings = plain_args(args, train_fabric)
-    fabric = Fabric(accelerator="cpu", devices=1)
+    fabric = Fabric(accelerator=args.accelerator, devices=1)
     loaders = train_fabric.build_loaders(settings, fabric)
     torch.manual_seed(42)
     model = SimpleNN()
@@ -245,12 +248,13 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
         callbacks += [EpochHistory(), ScheduleLength()]
     if features.get("checkpoints"):
         callbacks += [best_checkpoint(work / "checkpoints"), LastCheckpoint(work / "checkpoints", "resume")]
+    callbacks += [Callback() for _ in range(features.get("idle", 0))]
     if features.get("bar"):
-        callbacks.append(TQDMProgressBar())
+        callbacks.append(ThrottledBar() if features["bar"] == "throttled" else TQDMProgressBar())
     torch.manual_seed(42)
     model = MODULES[features["module"]]()
     trainer = Trainer(
-        accelerator="cpu",
+        accelerator=args.accelerator,
         devices=1,
         max_epochs=args.epochs,
         default_root_dir=work,
@@ -270,7 +274,7 @@ def template_epochs(variant: int, args, work: Path, profile: cProfile.Profile | 
     """The Trainer, model and data module exactly as scripts/train.py builds them: as they are (variant 0),
     without progress bar (1), or with the model's loss logged on every step (2)."""
     flags = ["--data_dir", args.data_dir, "--batch_size", str(args.batch_size), "--max_epochs", str(args.epochs)]
-    flags += ["--output_dir", str(work / "run")]
+    flags += ["--output_dir", str(work / "run"), "--accelerator", args.accelerator]
     if variant == 1:
         flags += ["--enable_progress_bar", "false"]
     training = build_training(parse_args(flags))
@@ -341,6 +345,7 @@ def calls_per_step(row: tuple[Callable, bool], args, steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", required=True, help="a folder holding MNIST/raw/ (extracted by a first run)")
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=3, help="per configuration and repeat; epoch 0 is left out")
     parser.add_argument("--repeats", type=int, default=5)
@@ -351,7 +356,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     suffix = f"_threads{args.threads}" if args.threads else ""
-    args.output = args.output or str(RESULTS / f"step_cost_cpu{suffix}.json")
+    args.output = args.output or str(RESULTS / f"step_cost_{args.accelerator}{suffix}.json")
     rows = configurations()
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     load_before = os.getloadavg()
@@ -362,6 +367,7 @@ def main() -> None:
     steps = -(-(60_000 - 5_000) // args.batch_size)  # MNIST's training images less the validation set
     plain_row = "plain PyTorch loop (plain_pytorch.train_epoch)"
     plain = [statistics.median(clock) for clock in zip(*runs[plain_row], strict=True)]
+    bare = [statistics.median(clock) for clock in zip(*runs[TRAINER_ROWS[0][0]], strict=True)]
     table = {}
     for name, values in runs.items():
         walls, cpus = zip(*values, strict=True)
@@ -369,10 +375,12 @@ def main() -> None:
         table[name] = {
             "epoch_seconds": wall,
             "ratio_to_plain": wall / plain[0],
+            "ratio_to_bare_trainer": wall / bare[0],
             "step_us": 1e6 * wall / steps,
             "extra_us_per_step": 1e6 * (wall - plain[0]) / steps,
             "cpu_epoch_seconds": cpu,
             "cpu_ratio_to_plain": cpu / plain[1],
+            "cpu_ratio_to_bare_trainer": cpu / bare[1],
             "cpu_step_us": 1e6 * cpu / steps,
             "cpu_extra_us_per_step": 1e6 * (cpu - plain[1]) / steps,
             "runs": {"wall": walls, "cpu": cpus},
@@ -386,6 +394,7 @@ def main() -> None:
         "training_steps_per_epoch": steps,
         "repeats": args.repeats,
         "torch_threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name() if args.accelerator == "gpu" else "cpu",
         "load_average": {"before": load_before, "after": os.getloadavg()},
         "rows": table,
     }
@@ -399,14 +408,16 @@ def markdown(result: dict) -> str:
         f"batch {result['batch_size']}, {result['training_steps_per_epoch']} training steps per epoch, "
         f"{result['torch_threads']} torch thread(s), median of {result['repeats']} alternated repeats",
         "",
-        "| configuration | epoch, training batches (s) | / plain | extra µs per step | CPU µs per step | "
-        "extra CPU µs per step |" + (" Python calls per step |" if calls else ""),
-        "|---|---|---|---|---|---|" + ("---|" if calls else ""),
+        "| configuration | epoch, training batches (s) | / plain | / bare Trainer | extra µs per step | "
+        "CPU µs per step | extra CPU µs per step | CPU / bare Trainer |"
+        + (" Python calls per step |" if calls else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if calls else ""),
     ]
     for name, row in result["rows"].items():
         lines.append(
-            f"| {name} | {row['epoch_seconds']:.3f} | {row['ratio_to_plain']:.2f}x | {row['extra_us_per_step']:+.0f} | "
-            f"{row['cpu_step_us']:.0f} | {row['cpu_extra_us_per_step']:+.0f} |"
+            f"| {name} | {row['epoch_seconds']:.3f} | {row['ratio_to_plain']:.2f}x | "
+            f"{row['ratio_to_bare_trainer']:.2f}x | {row['extra_us_per_step']:+.0f} | {row['cpu_step_us']:.0f} | "
+            f"{row['cpu_extra_us_per_step']:+.0f} | {row['cpu_ratio_to_bare_trainer']:.2f}x |"
             + (f" {row['calls']:.0f} |" if calls else "")
         )
     return "\n".join(lines)

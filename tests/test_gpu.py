@@ -105,7 +105,8 @@ def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path, monkey
             self.context.__enter__()
 
         def on_validation_start(self, trainer, pl_module):
-            if trainer.training and hasattr(self, "context"):
+            # trainer.training is False here (validation runs inside fit): the sanity check is what to skip.
+            if not trainer.sanity_checking and hasattr(self, "context"):
                 self.context.__exit__(None, None, None)
                 del self.context
 
@@ -167,8 +168,9 @@ def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist
         assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
     for step in ("train_fabric.py", "train_pytorch.py", "pytest -m gpu", "evaluate.py", "predict.py", "export.py"):
         assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
-    compare = next(step for step in results["steps"] if step["step"].startswith("compare.py"))
-    assert compare["note"].startswith("bit-identical")
+    compares = [step for step in results["steps"] if step["step"].startswith("compare.py")]
+    assert [step["step"].endswith("--compile true --repeats 1") for step in compares] == [False, True]
+    assert all(step["note"].startswith("bit-identical") for step in compares), compares  # on the CPU, compiled too
     assert "| `devices.py` | ok |" in (tmp_path / "gpu_check_cpu.md").read_text()
 
 
@@ -178,3 +180,23 @@ def test_gpu_check_without_a_gpu_says_to_use_cpu_mode(tmp_path, capsys, monkeypa
     err = " ".join(capsys.readouterr().err.split())
     assert "No CUDA GPU can be used here" in err and "--cpu" in err
     assert not list(tmp_path.iterdir())
+
+
+@gpu
+def test_compiled_rungs_on_the_gpu(fake_mnist, tmp_path):
+    """Compiled on a GPU, plain and Fabric end bit-identical; the Trainer, whose sanity check runs the compiled
+    network for validation before its first training step, ended within last-bit differences of them on an H100
+    (torch 2.11) but not equal. The bound is the README's: far below what changes a prediction. Not yet run on a
+    GPU in this repo: gpu_check's compiled compare.py step records the measured gap."""
+    from mnist_lightning import compare
+
+    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "512", "--max_epochs", "3"]
+    assert (
+        compare.main([*flags, "--accelerator", "gpu", "--compile", "true", "--json", "--output_dir", str(tmp_path)])
+        == 0
+    )
+    parity = json.loads((tmp_path / "compare.json").read_text())["parity"]
+    assert parity["plain vs fabric"]["weights_equal"] and parity["plain vs fabric"]["losses_equal"]
+    for pair, gap in parity.items():
+        assert gap["max_weight_difference"] <= 1e-4 and gap["max_loss_difference"] <= 1e-4, (pair, gap)
+        assert gap["max_test_difference"] <= 1e-3, (pair, gap)

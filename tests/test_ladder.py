@@ -134,3 +134,31 @@ def test_gpu_flags_without_a_gpu_are_refused_on_both_rungs(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert err.count("asks for a GPU, but none can be used") == 2
     assert "--accelerator cpu" in err and "--device cpu" in err  # each says what to run instead, in its own flags
+
+
+@pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
+def test_every_rung_applies_and_records_the_float32_matmul_precision(fake_mnist, tmp_path, rung):
+    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100", "--max_epochs", "1"]
+    flags += ["--float32_matmul_precision", "medium", "--output_dir", str(tmp_path / rung)]
+    try:
+        if rung == "trainer":
+            train_run(*flags, "--enable_progress_bar", "false")
+            assert "float32_matmul_precision: medium" in (tmp_path / rung / "config.yaml").read_text()
+        else:
+            assert {"plain": plain_pytorch, "fabric": train_fabric}[rung].main(flags) == 0
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision("highest")  # process-wide: the other tests expect torch's default
+
+
+def test_lightnings_matmul_precision_note_is_not_shown(caplog):
+    """Lightning suggests set_float32_matmul_precision on every GPU run left at "highest"; here the run chose it."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_info
+
+    from mnist_lightning.workarounds import apply_workarounds
+
+    apply_workarounds()
+    with caplog.at_level("INFO"):
+        rank_zero_info("You are using a CUDA device ('NVIDIA H100 80GB HBM3') that has Tensor Cores. To properly ...")
+        rank_zero_info("another note")
+    assert "Tensor Cores" not in caplog.text and "another note" in caplog.text

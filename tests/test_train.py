@@ -165,3 +165,52 @@ def test_a_compiled_cpu_run_prints_nothing_that_looks_like_an_error(fake_mnist, 
     for word in ("warning", "error", "traceback", "no cuda runtime"):
         assert word not in err, result.stderr
     assert not re.search(r"^[WE]\d{4} ", result.stderr, flags=re.MULTILINE), result.stderr  # torch's log lines
+
+
+def script_run(fake_mnist, output_dir, stdout, stderr) -> subprocess.CompletedProcess:
+    """scripts/train.py in its own process, as a user starts it, with a progress display (TINY_RUN turns it off)."""
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(output_dir), *TINY_RUN[:-2], "--batch_size", "10"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, os.path.join(root, "scripts", "train.py"), *flags]
+    return subprocess.run(command, stdout=stdout, stderr=stderr, timeout=300)
+
+
+def test_output_to_a_file_gets_one_line_per_epoch(fake_mnist, tmp_path):
+    """nohup, SLURM, CI logs: no bar redraws, but a line as each epoch ends."""
+    with open(tmp_path / "log.txt", "w") as log:
+        assert script_run(fake_mnist, tmp_path / "run", log, subprocess.STDOUT).returncode == 0
+    text = (tmp_path / "log.txt").read_text()
+    lines = re.findall(r"^Epoch (\d)/2: train/loss [\d.]+, val/loss [\d.]+, val/acc [\d.]+, [\d.]+ s$", text, re.M)
+    assert lines == ["1", "2"], text
+    history = json.loads((tmp_path / "run" / "metrics.json").read_text())["history"]
+    shown = [float(value) for value in re.findall(r"train/loss ([\d.]+)", text)]
+    assert shown == [round(row["train/loss"], 4) for row in history]  # the epoch's own loss, not the one before
+    assert "\r" not in text and "it/s" not in text
+
+
+def test_a_terminal_gets_a_bar_and_no_epoch_lines(fake_mnist, tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # 120 columns: a bar fits
+    try:
+        result = script_run(fake_mnist, tmp_path / "run", follower, follower)
+        os.close(follower)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(leader)
+    text = output.decode(errors="replace")
+    assert result.returncode == 0, text[-3000:]
+    assert "it/s" in text and "Epoch 1:" in text  # Lightning's TQDM bar, epochs counted from 0
+    assert not re.search(r"^Epoch \d/2:", text, re.M)

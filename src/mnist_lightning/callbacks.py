@@ -1,13 +1,16 @@
-"""Callbacks of every training run: the per-epoch history for ``metrics.json`` (which also stops a diverged run)
-and the learning-rate schedule's length on a resumed run that trains longer."""
+"""Callbacks of every training run: the per-epoch history for ``metrics.json`` (which also stops a diverged run),
+the learning-rate schedule's length on a resumed run that trains longer, and the progress display: a bar in a
+terminal, a line per epoch in a log file."""
 
 import math
+import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
@@ -29,7 +32,7 @@ class EpochHistory(Callback):
     def __init__(self) -> None:
         self.rows: list[dict] = []
         self.fit_seconds_before = 0.0  # fit time of the earlier segments of a resumed run
-        self.batches = 0  # training batches run by this process (for a resumed run: this segment)
+        self.first_step = 0  # the global step this process starts training from: a resumed run's checkpoint's
         self._start = self._segment_start = time.perf_counter()
 
     def fit_seconds(self) -> float:
@@ -42,9 +45,6 @@ class EpochHistory(Callback):
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args, **kwargs) -> None:
-        self.batches += 1
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Validation has already run when this hook fires, so the time and metrics cover the whole epoch.
@@ -67,6 +67,9 @@ class EpochHistory(Callback):
     # Kept in checkpoints, so a resumed run's metrics.json still has every epoch and the whole fit time.
     def state_dict(self) -> dict:
         return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        self.first_step = checkpoint.get("global_step", 0)
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.rows = list(state_dict["rows"])
@@ -117,3 +120,65 @@ class ScheduleLength(Callback):
             for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, strict=True):
                 group["lr"] = scheduler.eta_min + (base - scheduler.eta_min) * (1 + math.cos(math.pi * progress)) / 2
             scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+
+
+def progress_display() -> ProgressBar:
+    """A bar when the output goes to a terminal; one line per epoch when it goes to a file (nohup, SLURM, CI),
+    where a bar's redraws would be lost or pile up."""
+    return ThrottledBar() if sys.stdout.isatty() else EpochLines()
+
+
+class ThrottledBar(TQDMProgressBar):
+    """Lightning's TQDM bar, redrawn at most every ``interval`` seconds and at each stage's last batch.
+
+    Lightning's bar redraws itself and re-reads every metric after each batch (or every ``refresh_rate``
+    batches, a count that suits no batch size); for a small network that costs as much as the training step.
+    TQDM, unlike Rich, comes with Lightning, so every installation shows the same bar.
+    """
+
+    def __init__(self, interval: float = 0.1) -> None:
+        super().__init__()
+        self.interval = interval
+        self._drawn_at = 0.0
+
+    def _due(self, batch_idx: int, batches: int | float) -> bool:
+        now = time.monotonic()
+        if batch_idx + 1 >= batches or now - self._drawn_at >= self.interval:
+            self._drawn_at = now
+            return True
+        return False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._due(batch_idx, self.total_train_batches):
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx=0) -> None:
+        if self._due(batch_idx, self.total_val_batches_current_dataloader):
+            super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+
+
+class EpochLines(ProgressBar):
+    """Progress for output that is not a terminal: one line per epoch as it ends, with its epoch metrics."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._enabled = True
+        self._start = time.perf_counter()
+
+    def disable(self) -> None:  # Lightning disables the progress display on every process but the first
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self._enabled:
+            return
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        metrics = trainer.callback_metrics
+        shown = [f"{name} {float(metrics[name]):.4f}" for name in RECORDED if name in metrics]
+        seconds = time.perf_counter() - self._start
+        print(f"Epoch {trainer.current_epoch + 1}{epochs}: {', '.join([*shown, f'{seconds:.1f} s'])}", flush=True)

@@ -26,16 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer, seed_everything
-from lightning.pytorch.callbacks import LearningRateMonitor, Timer
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergedError, EpochHistory, EpochTimer, ScheduleLength
+from .callbacks import DivergedError, EpochHistory, EpochTimer, ScheduleLength, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -51,6 +52,7 @@ from .datamodule import MNISTDataModule
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError
 from .lightning_module import MNISTClassifier
+from .model import MATMUL_HELP
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
@@ -100,6 +102,9 @@ def build_parser() -> ArgumentParser:
         "its weights (fine-tuning: this run's own optimizer, schedule and epochs).",
     )
     parser.add_argument("--quiet", type=bool, default=False, help="No progress bar, model summary or banners.")
+    parser.add_argument(
+        "--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="high", help=MATMUL_HELP
+    )
     parser.add_class_arguments(MNISTClassifier, nested_key=None, instantiate=False)
     parser.add_class_arguments(MNISTDataModule, nested_key=None, instantiate=False)
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
@@ -367,6 +372,7 @@ def build_training(config: Namespace) -> Training:
             logging.getLogger(name).setLevel(logging.WARNING)
     # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json: no banner.
     seed_everything(config.seed, workers=True, verbose=False)
+    torch.set_float32_matmul_precision(config.float32_matmul_precision)  # as on every rung, before Lightning asks
     built, model, datamodule = build_model_and_data(config)
     if weights and not resuming:
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
@@ -590,6 +596,8 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
     settings["max_time"] = None  # EpochTimer above
     if config.quiet:
         settings |= {"enable_progress_bar": False, "enable_model_summary": False}
+    if settings["enable_progress_bar"] is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(progress_display())
     try:
         return Trainer(default_root_dir=run_dir, **settings)
     except (MisconfigurationException, TypeError, ValueError) as error:

@@ -34,7 +34,7 @@ NAMES = {"plain": "plain PyTorch", "fabric": "Fabric", "trainer": "Trainer"}
 DEVICE_FOR_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "auto": "auto"}
 # Flags every rung takes under the same name and meaning; None means "the rung's own default".
 SHARED = ("data_dir", "dataset", "batch_size", "max_epochs", "val_size", "optimizer", "lr", "momentum")
-SHARED += ("weight_decay", "lr_schedule", "pipeline", "num_workers", "seed")
+SHARED += ("weight_decay", "lr_schedule", "pipeline", "num_workers", "seed", "float32_matmul_precision")
 LOSSES = ("train/loss", "val/loss")
 # With --compile, each rung compiles its own code: PyTorch's on-disk compilation caches can hand a process code
 # that earlier runs compiled, and the compiled rungs' results then depend on what those runs were (see README).

@@ -85,7 +85,10 @@ class MNISTClassifier(LightningModule):
         images, labels = batch
         losses = F.cross_entropy(self(images), labels, reduction="none")
         self.train_loss.update(losses.detach())  # per sample, so a short last batch counts for its size
-        self.log("train/loss", self.train_loss, on_step=False, on_epoch=True, prog_bar=True)
+        # Logged once per epoch, at its last batch: a self.log call costs more than a small network's whole step.
+        # Not in on_train_epoch_end: Lightning runs the callbacks' epoch-end hooks (progress bar, history) first.
+        if self.trainer.is_last_batch:
+            self.log("train/loss", self.train_loss, on_step=False, on_epoch=True, prog_bar=True)
         return losses.mean()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:

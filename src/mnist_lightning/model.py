@@ -2,6 +2,13 @@
 
 from torch import Tensor, nn
 
+# The same setting, applied the same way, on every rung (torch.set_float32_matmul_precision), so that they stay
+# bit-identical; see the README's "GPU precision".
+MATMUL_HELP = (
+    "float32 matrix products: highest (full float32), high (TensorFloat32 on GPUs with Tensor Cores: faster, "
+    "about 3 decimal digits per product) or medium (bfloat16)"
+)
+
 
 class SimpleNN(nn.Module):
     """Flatten a 28x28 image and map it to 10 class scores with one linear layer."""

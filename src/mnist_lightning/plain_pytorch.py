@@ -24,7 +24,7 @@ from torchvision import transforms
 from .data import DATASETS, DataError, DataSettingError, TensorBatches, download, load, split_indices
 from .devices import why_no_cuda  # DEVICE:
 from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
-from .model import SimpleNN, compile_network
+from .model import MATMUL_HELP, SimpleNN, compile_network
 from .optim import LARGEST_LR, build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
 
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_workers", type=bounded(int, 0, os.cpu_count()), default=0, help="DataLoader workers")
     parser.add_argument("--deterministic", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False, help="torch.compile")
+    parser.add_argument(
+        "--float32_matmul_precision", choices=["highest", "high", "medium"], default="high", help=MATMUL_HELP
+    )
     return parser
 
 
@@ -171,6 +174,7 @@ def train(args: argparse.Namespace) -> dict:
     device = choose_device(args.device)  # DEVICE:
     output_dir = new_run_dir(args.output_dir)  # DEVICE: under DDP, each process would choose its own
     seed_everything(args.seed, args.deterministic)
+    torch.set_float32_matmul_precision(args.float32_matmul_precision)  # as on every rung
     model = SimpleNN()  # built right after seeding: the same initial weights on every rung
     model.to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
     download(args.data_dir, args.dataset)

@@ -48,7 +48,7 @@ def train(
             "is no trained model to test. Give it more: a larger --max_time, --limit_train_batches or --max_epochs."
         )
     timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-    if history and history.batches == 0 and timer and timer.time_remaining() <= 0:
+    if history and trainer.global_step == history.first_step and timer and timer.time_remaining() <= 0:
         raise NothingTrainedError(
             f"The resumed run took no training step: --max_time limits the whole run's training time, and its "
             f"earlier segments had already used it ({timer.time_elapsed():.0f} s). Resume with a larger "

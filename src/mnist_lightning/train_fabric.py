@@ -26,7 +26,7 @@ from torchvision import transforms
 from .data import DATASETS, DataError, DataSettingError, TensorBatches, download, load, split_indices
 from .devices import check_accelerator, device_flags_hint, missing_package  # FABRIC:
 from .errors import ArgumentParser, UserError, bounded, run_main, true_or_false
-from .model import SimpleNN, compile_network
+from .model import MATMUL_HELP, SimpleNN, compile_network
 from .optim import LARGEST_LR, build_optimizer, build_schedule
 from .records import OutputDirError, new_run_dir, run_metrics, write_json
 
@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_workers", type=bounded(int, 0, os.cpu_count()), default=0, help="DataLoader workers")
     parser.add_argument("--deterministic", type=true_or_false, nargs="?", const=True, default=False)
     parser.add_argument("--compile", type=true_or_false, nargs="?", const=True, default=False, help="torch.compile")
+    parser.add_argument(
+        "--float32_matmul_precision", choices=["highest", "high", "medium"], default="high", help=MATMUL_HELP
+    )
     return parser
 
 
@@ -198,6 +201,7 @@ def train(args: argparse.Namespace) -> dict:
     output_dir = choose_run_dir(args.output_dir)  # FABRIC:
     fabric.launch()  # FABRIC: starts the other processes of a multi-device run (each runs this script)
     seed_everything(args.seed, args.deterministic)
+    torch.set_float32_matmul_precision(args.float32_matmul_precision)  # as on every rung
     model = SimpleNN()  # built right after seeding: the same initial weights on every rung
     download(args.data_dir, args.dataset)
     start = time.perf_counter()

@@ -22,6 +22,7 @@ class _Dropped(logging.Filter):
 # One instance each: addFilter ignores a filter that is already there.
 _NO_ADVERTISEMENT = _Dropped("💡 Tip:")
 _NO_CUDA_HOME_NOTE = _Dropped("No CUDA runtime is found")
+_NO_TENSOR_CORE_NOTE = _Dropped("You are using a CUDA device")
 
 
 def apply_workarounds() -> None:
@@ -30,8 +31,11 @@ def apply_workarounds() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # Lightning 2.6 advertises its cloud services ("💡 Tip: ... try installing litlogger") at INFO level in every
     # run, among the lines that describe the run; dropped by its prefix, so it can stay when Lightning stops it.
+    # Lightning 2.6 also suggests torch.set_float32_matmul_precision on every GPU run left at "highest"; here that
+    # is --float32_matmul_precision, chosen for the run and recorded in config.yaml, so the suggestion is noise.
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(_NO_ADVERTISEMENT)
+        logging.getLogger(name).addFilter(_NO_TENSOR_CORE_NOTE)
     # torch (2.14, 2.15), when --compile imports its C++ extension helpers on a machine with a CUDA toolkit (nvcc or
     # CUDA_HOME) and no usable GPU, logs "No CUDA runtime is found, using CUDA_HOME=..." at WARNING level: true,
     # harmless for a CPU run, and read as an error. A GPU run that finds no GPU is refused by devices.py first.
