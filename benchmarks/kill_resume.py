@@ -38,7 +38,8 @@ def main() -> None:
     parser.add_argument("--output", default=str(RESULTS / "kill_resume_cpu.json"))
     args = parser.parse_args()
     # The config first: flags after it win.
-    flags = ["--config", "configs/classic_sgd.yaml", "--data_dir", args.data_dir, "--max_epochs", str(args.max_epochs)]
+    flags = ["--config", "configs/classic_sgd.yaml", "--data.data_dir", args.data_dir]
+    flags += ["--max_epochs", str(args.max_epochs)]
     flags += ["--accelerator", "cpu", "--deterministic", "true", "--quiet", "true"]
     moments = random_moments(args.interrupts, args.seed, args.latest)
     with TemporaryDirectory() as tmp:

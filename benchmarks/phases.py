@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where one ``scripts/train.py`` run spends its time, phase by phase, in a process of its own.
 
-    python benchmarks/phases.py --data_dir <MNIST root> --output_dir /tmp/run     # any train.py flags
+    python benchmarks/phases.py --data.data_dir <MNIST root> --output_dir /tmp/run     # any train.py flags
 
 Runs ``mnist_lightning.train.main`` as ``scripts/train.py`` does, with clocks around its phases: the imports,
 parsing, building (of which the data check), fit (its setup, the sanity check, the training loop and, within

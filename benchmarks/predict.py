@@ -180,7 +180,8 @@ def main() -> None:
         if ckpt is None:
             with redirect_stdout(io.StringIO()):
                 assert (
-                    train_main(["--data_dir", args.data_dir, "--output_dir", str(work / "run"), "--quiet", "true"]) == 0
+                    train_main(["--data.data_dir", args.data_dir, "--output_dir", str(work / "run"), "--quiet", "true"])
+                    == 0
                 )
             ckpt = json.loads((work / "run" / "metrics.json").read_text())["best_checkpoint"]
         test_rows, _ = predict(ckpt, [idx], work / "test.json")

@@ -3,7 +3,7 @@
 
     python benchmarks/run.py --data_dir <MNIST root> --repeats 5     # writes benchmarks/results/cpu.json
 
-1. ``floor``: a default ``python scripts/train.py --data_dir <root>`` against ``python -c "import lightning,
+1. ``floor``: a default ``python scripts/train.py --data.data_dir <root>`` against ``python -c "import lightning,
    jsonargparse"``, the least any Lightning program pays, and ``benchmarks/phases.py`` (the same run, clocked
    phase by phase). Each process runs in a pseudo-terminal, as from a shell, so the progress bar draws as it
    would for a user.
@@ -119,7 +119,7 @@ def floor(args, work: Path) -> dict:
             command = [
                 sys.executable,
                 script,
-                "--data_dir",
+                "--data.data_dir",
                 args.data_dir,
                 "--output_dir",
                 str(work / f"{name}_{repeat}"),
@@ -143,8 +143,8 @@ def floor(args, work: Path) -> dict:
         "commands": {
             "floor": shlex.join(["python", *FLOOR[1:]]),
             "torch floor": shlex.join(["python", *TORCH_FLOOR[1:]]),
-            "train": f"python scripts/train.py --data_dir {args.data_dir} --output_dir <new folder>",
-            "phases": f"python benchmarks/phases.py --data_dir {args.data_dir} --output_dir <new folder>",
+            "train": f"python scripts/train.py --data.data_dir {args.data_dir} --output_dir <new folder>",
+            "phases": f"python benchmarks/phases.py --data.data_dir {args.data_dir} --output_dir <new folder>",
             "plain+import": f"python -c {shlex.quote(PLAIN_AFTER_IMPORT)} --data_dir {args.data_dir}",
         },
         "seconds": summary,
@@ -288,7 +288,7 @@ def markdown(results: dict) -> str:
             "|---|---|---|",
             f"| `{result['commands']['floor']}` | {cells('floor')} |",
             f"| `{result['commands']['torch floor']}` (what the plain rung imports) | {cells('torch floor')} |",
-            f"| `python scripts/train.py --data_dir <root>` | {cells('train')} |",
+            f"| `python scripts/train.py --data.data_dir <root>` | {cells('train')} |",
             f"| train.py / floor | {ratio['median']:.2f}x ({ratio['best']:.2f}x) | "
             f"{cpu_ratio['median']:.2f}x ({cpu_ratio['best']:.2f}x) |",
             f"| the plain loop's default run after `import lightning` | {cells('plain+import')} |",

@@ -51,7 +51,7 @@ from mnist_lightning.callbacks import EpochHistory, ScheduleLength, ThrottledBar
 from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from mnist_lightning.cli import build_training, parse_args
 from mnist_lightning.datamodule import MNISTDataModule
-from mnist_lightning.lightning_module import MNISTClassifier
+from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
 from mnist_lightning.optim import build_optimizer, build_schedule
 from mnist_lightning.records import write_json
@@ -60,7 +60,7 @@ RESULTS = Path(__file__).parent / "results"
 Clocks = list[tuple[float, float]]  # (wall, CPU) seconds of each epoch's training batches
 
 
-class BareStep(MNISTClassifier):
+class BareStep(Classifier):
     """The loss only: no metric, no ``self.log``."""
 
     def training_step(self, batch, batch_idx):
@@ -68,7 +68,7 @@ class BareStep(MNISTClassifier):
         return F.cross_entropy(self(images), labels, reduction="none").mean()
 
 
-class LogMetricEveryStep(MNISTClassifier):
+class LogMetricEveryStep(Classifier):
     """The template's step as it was: the MeanMetric updated and passed to ``self.log`` at every step."""
 
     def training_step(self, batch, batch_idx):
@@ -79,7 +79,7 @@ class LogMetricEveryStep(MNISTClassifier):
         return losses.mean()
 
 
-class LogEveryStep(MNISTClassifier):
+class LogEveryStep(Classifier):
     """The common idiom: the step's loss logged on every step, for the bar, the logger and the epoch mean."""
 
     def training_step(self, batch, batch_idx):
@@ -145,7 +145,7 @@ DIAGNOSTIC_ROWS = [  # (name, the Trainer row changed, or None for the template;
     ("bare Trainer + 14 callbacks that override no hook", 0, {"idle": 14}, True),
     ("template, but self.log(loss, on_step=True, on_epoch=True, prog_bar=True) every step", None, {}, True),
 ]
-MODULES = {"bare": BareStep, "template": MNISTClassifier, "every_step": LogMetricEveryStep}
+MODULES = {"bare": BareStep, "template": Classifier, "every_step": LogMetricEveryStep}
 # Lightning's import sets this (lightning/fabric/__init__.py) so that no CUDA check initializes CUDA before a
 # fork; torch then asks NVML afresh at every torch.cuda.is_available(), which every Optimizer.step calls.
 # A process that never imports Lightning (the plain loop) has torch's cached check.
@@ -213,7 +213,7 @@ def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> C
     device = torch.device("cuda" if args.accelerator == "gpu" else "cpu")
     loaders = plain_pytorch.build_loaders(settings, device)
     torch.manual_seed(42)
-    model = SimpleNN().to(device)
+    model = SimpleNN(MNISTDataModule.input_shape, MNISTDataModule.num_classes).to(device)
     optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
     schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
     train = functools.partial(plain_pytorch.train_epoch, model, loaders["train"], optimizer, schedule, device)
@@ -226,7 +226,7 @@ def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> 
     fabric = Fabric(accelerator=args.accelerator, devices=1)
     loaders = train_fabric.build_loaders(settings, fabric)
     torch.manual_seed(42)
-    model = SimpleNN()
+    model = SimpleNN(MNISTDataModule.input_shape, MNISTDataModule.num_classes)
     optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
     schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
     model, optimizer = fabric.setup(model, optimizer)
@@ -252,7 +252,7 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
     if features.get("bar"):
         callbacks.append(ThrottledBar() if features["bar"] == "throttled" else TQDMProgressBar())
     torch.manual_seed(42)
-    model = MODULES[features["module"]]()
+    model = MODULES[features["module"]](MNISTDataModule.input_shape, MNISTDataModule.num_classes)
     trainer = Trainer(
         accelerator=args.accelerator,
         devices=1,
@@ -273,7 +273,7 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
 def template_epochs(variant: int, args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
     """The Trainer, model and data module exactly as scripts/train.py builds them: as they are (variant 0),
     without progress bar (1), or with the model's loss logged on every step (2)."""
-    flags = ["--data_dir", args.data_dir, "--batch_size", str(args.batch_size), "--max_epochs", str(args.epochs)]
+    flags = ["--data.data_dir", args.data_dir, "--batch_size", str(args.batch_size), "--max_epochs", str(args.epochs)]
     flags += ["--output_dir", str(work / "run"), "--accelerator", args.accelerator]
     if variant == 1:
         flags += ["--enable_progress_bar", "false"]
@@ -283,7 +283,7 @@ def template_epochs(variant: int, args, work: Path, profile: cProfile.Profile | 
     model = training.model
     if variant == 2:
         settings = {name: value for name, value in model.hparams.items() if name != "net" and name[0] != "_"}
-        model = LogEveryStep(net=model.net, **settings)
+        model = LogEveryStep(net=lambda shape, classes, net=model.net: net, **settings)
     training.trainer.fit(model, datamodule=training.datamodule)
     return clock.seconds
 

@@ -5,6 +5,7 @@ them are in conftest.py.
 """
 
 import hashlib
+import math
 import struct
 import warnings
 from pathlib import Path
@@ -14,7 +15,8 @@ from torch import Tensor, nn
 
 FAKE_TRAIN, FAKE_TEST, FAKE_VAL = 1_200, 300, 200
 # Flags that make a full run finish in seconds on the fake data.
-TINY_RUN = ["--val_size", str(FAKE_VAL), "--batch_size", "100", "--max_epochs", "2", "--enable_progress_bar", "false"]
+TINY_RUN = ["--data.val_size", str(FAKE_VAL), "--batch_size", "100", "--max_epochs", "2"]
+TINY_RUN += ["--enable_progress_bar", "false"]
 
 
 def one_line(text: str) -> str:
@@ -61,24 +63,31 @@ def write_fake_mnist(root: Path, declare_sums: bool = True) -> Path:
 
 
 class SmallCNN(nn.Module):
-    """A user's own network, outside the package: what ``--net helpers.SmallCNN`` swaps in for SimpleNN."""
+    """A user's own network, outside the package: what ``--net helpers.SmallCNN`` swaps in for SimpleNN. Like
+    every network of the template it takes the shape of one sample and the number of classes first."""
 
-    def __init__(self, channels: int = 8) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, channels: int = 8) -> None:
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4))
-        self.classifier = nn.Linear(channels * 7 * 7, 10)
+        in_channels, height, width = input_shape
+        self.features = nn.Sequential(nn.Conv2d(in_channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4))
+        self.classifier = nn.Linear(channels * (height // 4) * (width // 4), num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.classifier(self.features(images).flatten(1))
 
 
+def linear_net(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A network given as a function that builds it: ``--net helpers.linear_net``."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+
+
 class CautiousNN(nn.Module):
     """A network that warns as it is built and works: its warning must reach the user."""
 
-    def __init__(self) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
         warnings.warn("CautiousNN: a note from the network's author", UserWarning, stacklevel=2)
-        self.linear = nn.Linear(28 * 28, 10)
+        self.linear = nn.Linear(math.prod(input_shape), num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.linear(images.flatten(1))

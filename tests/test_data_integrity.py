@@ -35,7 +35,7 @@ def fake(tmp_path) -> Path:
 
 
 def train(data_dir, output_dir) -> int:
-    return main(["--data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, "--quiet", "true"])
+    return main(["--data.data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, "--quiet", "true"])
 
 
 def refused(capsys, code, output_dir, *phrases):
@@ -62,7 +62,9 @@ def test_extracted_files_that_are_not_mnists_own_are_refused(tmp_path, capsys):
 def test_extracted_files_of_a_dataset_without_known_sums_are_refused(tmp_path, capsys):
     root = tmp_path / "data"
     shutil.copytree(write_fake_mnist(tmp_path / "fake", declare_sums=False) / "MNIST", root / "KMNIST")
-    code = main(["--data_dir", str(root), "--dataset", "kmnist", "--output_dir", str(tmp_path / "run"), *TINY_RUN])
+    code = main(
+        ["--data.data_dir", str(root), "--data.dataset", "kmnist", "--output_dir", str(tmp_path / "run"), *TINY_RUN]
+    )
     refused(capsys, code, tmp_path / "run", "train-images-idx3-ubyte cannot be verified", "MD5SUMS")
 
 
@@ -139,7 +141,7 @@ def test_a_read_only_folder_of_archives_gets_advice_that_fits(mnist_archives):
             pytest.skip("running as a user who can write anywhere")
         with pytest.raises(data.DataError, match="read-only") as error:
             data.download(mnist_archives)
-        assert "Copy" in str(error.value) and "--data_dir" in str(error.value)
+        assert "Copy" in str(error.value) and "--data.data_dir" in str(error.value)
     finally:
         os.chmod(raw, 0o755)
 

@@ -21,35 +21,72 @@ BAD_FLAGS = [
     (["--max_time", "00:00:00:00", "--quiet", "false"], 2, ["--max_time 00:00:00:00 trains nothing"]),
     (["--limit_train_batches", "1.5", "--quiet", "false"], 2, ["--limit_train_batches 1.5 is out of range"]),
     (["--lr", "inf"], 2, ["--lr inf is not a finite number"]),
+    # --batch_size is linked into the data module; its own batch_size would be silently replaced.
+    (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
     (["--lr", "1e39"], 2, ["learning rate (lr) must be a positive number up to 3.4e+38, got 1e+39"]),
     (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
-    (["--limit_train_batches", "0.00001", "--quiet", "false"], 2, ["--limit_train_batches 1e-05 leaves no batch"]),
-    (["--limit_val_batches", "0.001"], 2, ["--limit_val_batches 0.001 leaves no batch", "Use at least 0.5"]),
-    (["--net", "torch.nn.Flatten"], 2, ["maps a batch of images of shape [2, 1, 28, 28] to [2, 784]", "[2, 10]"]),
+    # Only the data module knows how many batches there are: Lightning says it once the loaders exist (after its
+    # banners), as one paragraph too (test_a_fraction_that_leaves_no_batch_is_one_paragraph_after_the_banners).
+    (["--limit_train_batches", "0.00001", "--quiet", "false"], 2, ["check 1e-05 of the `train_dataloader`"]),
+    (
+        ["--limit_val_batches", "0.001"],
+        2,
+        ["check 0.001 of the `val_dataloader`", "Try at least `limit_val_batches=0.5`"],
+    ),
+    (
+        ["--net", "torch.nn.Identity"],
+        2,
+        ["maps a batch of samples of shape [2, 1, 28, 28] to [2, 1, 28, 28]", "[2, 10]"],
+    ),
+    (
+        ["--net", "torch.nn.Flatten"],
+        2,
+        [
+            "the network Flatten cannot take a batch of samples of shape [2, 1, 28, 28]",
+            "--net was built as torch.nn.Flatten((1, 28, 28), 10",
+            "takes the shape of one sample and the number of classes as its first two arguments",
+        ],
+    ),
+    (
+        ["--net", "helpers.SmallCNN", "--net.channels", "-1"],
+        2,
+        ["--net helpers.SmallCNN could not be built", "negative dimension", "--net.NAME VALUE"],
+    ),
     (
         ["--net", "torch.nn.Linear", "--net.in_features", "-1", "--net.out_features", "10"],
         2,
-        ["--net torch.nn.Linear could not be built", "negative dimension"],
+        ["--net.in_features is not an option", "torch.nn.Linear (in_features, out_features) are given by the data"],
     ),
+    (["--net.num_classes", "3"], 2, ["--net.num_classes is not an option", "given by the data module (--data)"]),
+    (["--net", "helpers.SmallCNN", "--net.width", "3"], 2, ["--net.width is not an argument", "takes --net.channels"]),
     (["--devices", "-3"], 2, ["Trainer settings are not valid", "should be an int"]),
     (["--devices", "abc"], 2, ["Trainer settings are not valid"]),
     (["--accelerator", "tpux"], 2, ["invalid accelerator name", "cpu"]),
     (["--strategy", "nonsense"], 2, ["invalid strategy name", "ddp"]),
     (["--precision", "12"], 2, ["precision"]),
-    (["--batch_size", "0"], 2, ["batch_size", "must be at least 1", "got 0"]),
+    (["--batch_size", "0"], 2, ["--batch_size 0 is out of range: it must be at least 1"]),
     (["--lr", "-1"], 2, ["learning rate (lr) must be a positive number", "got -1.0"]),
     (
-        ["--val_size", "70000"],
+        ["--data.val_size", "70000"],
         2,
         ["val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 70000"],
     ),
     (["--max_epochs", "-5"], 2, ["--max_epochs -5 is out of range: it must be at least -1"]),
     (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
-    (["--dataset", "svhn"], 2, ["--dataset svhn is not one of the choices: mnist, fashion_mnist, kmnist"]),
-    (["--num_workers", "10000"], 2, ["num_workers must be between 0 and", "this machine's cores", "got 10000"]),
+    (["--data.dataset", "svhn"], 2, ["--data.dataset svhn is not one of the choices: mnist, fashion_mnist, kmnist"]),
+    (["--data.val_size", "abc"], 2, ["--data.val_size abc is not a whole number"]),
+    (["--data.val_size", "0"], 2, ["--data mnist_lightning.datamodule.MNISTDataModule could not be built", "got 0"]),
+    (["--data.valsize", "9"], 2, ["--data.valsize is not an argument of", "it takes --data.data_dir"]),
+    (["--data", "torch.nn.Linear"], 2, ["--data torch.nn.Linear is not a LightningDataModule"]),
+    (["--data", "nowhere.Data"], 2, ["--data nowhere.Data cannot be built: No module named 'nowhere'"]),
+    (["--data.num_workers", "10000"], 2, ["num_workers must be between 0 and", "this machine's cores", "got 10000"]),
     (["--net", "torch.nn.Nonexistent"], 2, ["--net torch.nn.Nonexistent cannot be built", "has no attribute"]),
-    (["--net", "torch.nn.Linear"], 2, ["cannot be built", "out_features", "--net.NAME VALUE"]),
+    (
+        ["--net", "torch.nn.Linear"],
+        2,
+        ["--net torch.nn.Linear could not be built for the data", "shape of one sample and the number of classes"],
+    ),
     (["--config", "missing.yaml"], 2, ["missing.yaml", "does not exist"]),
     (["--seed", "-1"], 2, ["--seed -1 is out of range: it must be between 0 and 4294967295"]),
     (["--accumulate_grad_batches", "0"], 2, ["--accumulate_grad_batches 0 is out of range: it must be at least 1"]),
@@ -61,7 +98,7 @@ BAD_FLAGS = [
 
 
 def run(fake_mnist, output_dir, *flags) -> int:
-    return main(["--data_dir", str(fake_mnist), "--output_dir", str(output_dir), *TINY_RUN, *flags])
+    return main(["--data.data_dir", str(fake_mnist), "--output_dir", str(output_dir), *TINY_RUN, *flags])
 
 
 def assert_clean_failure(capsys, code, expected_code, phrases, output_dir):
@@ -94,8 +131,9 @@ def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_co
         ("# max_epochs: 3\n", ["bad.yaml holds no options"]),
         ("- max_epochs\n- 3\n", ["bad.yaml holds a list"]),
         ("\xff\xfe", ["bad.yaml is not a text file"]),
+        ("data:\n  init_args:\n    batch_size: 3\n", ["batch_size under data: init_args:", "top-level --batch_size"]),
     ],
-    ids=["duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary"],
+    ids=["duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary", "data batch_size"],
 )
 def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
     (tmp_path / "bad.yaml").write_bytes(config_text.encode("latin-1"))
@@ -118,8 +156,25 @@ def test_settings_that_train_nothing_report_no_accuracy(fake_mnist, tmp_path, ca
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("flag", "fraction", "least"), [("limit_train_batches", "0.00001", "0.1"), ("limit_val_batches", "0.001", "0.5")]
+)
+def test_a_fraction_that_leaves_no_batch_is_one_paragraph_after_the_banners(
+    fake_mnist, tmp_path, capfd, flag, fraction, least
+):
+    # The data module alone knows its number of batches (10 to train, 2 to validate here), so Lightning says it once
+    # its loaders exist: after its banners, as the last paragraph, and no run folder is left.
+    assert run(fake_mnist, tmp_path / "run", f"--{flag}", fraction, "--quiet", "false") == 2
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    message = err[err.index("Error:") :].strip()
+    assert "\n\n" not in message and "Error:" not in message[1:], message
+    assert f"Please increase the `{flag}` argument. Try at least `{flag}={least}`" in one_line(message)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_data_mistake_is_reported_before_lightnings_banners(fake_mnist, tmp_path, capfd):
-    assert run(fake_mnist, tmp_path / "run", "--val_size", "5000", "--quiet", "false") == 2
+    assert run(fake_mnist, tmp_path / "run", "--data.val_size", "5000", "--quiet", "false") == 2
     err = capfd.readouterr().err
     assert err.startswith("Error: val_size must be between 1 and 1199") and "GPU available" not in err
 
@@ -135,7 +190,7 @@ def test_more_cpu_processes_than_cores_are_refused(fake_mnist, tmp_path, capsys,
 
 def test_missing_mnist_without_network_names_the_folder_and_files(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(MNIST, "mirrors", [])  # as offline: every download attempt fails
-    code = main(["--data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
+    code = main(["--data.data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
     message = one_line(capsys.readouterr().err)
     assert code == 1
     assert str((tmp_path / "data" / "MNIST" / "raw").resolve()) in message
@@ -150,7 +205,7 @@ def test_a_damaged_mnist_file_is_refused_and_named(tmp_path, capsys, monkeypatch
     raw = tmp_path / "data" / "MNIST" / "raw"
     raw.mkdir(parents=True)
     (raw / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
-    code = main(["--data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
+    code = main(["--data.data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
     message = one_line(capsys.readouterr().err)
     assert code == 1 and "train-labels-idx1-ubyte.gz is damaged" in message and "MD5" in message
     assert not (tmp_path / "run").exists()
@@ -190,10 +245,13 @@ def another_programs_files(folder) -> dict[str, object]:
     other_model = {
         "state_dict": {"encoder.weight": torch.zeros(4, 4)},
         "hyper_parameters": {"hidden": 4},
+        "datamodule_hyper_parameters": {"_class_path": "mnist_lightning.datamodule.MNISTDataModule"},
         "epoch": 2,
         "pytorch-lightning_version": "2.6.0",
     }
     torch.save(other_model, folder / "other_model.ckpt")
+    # A Lightning checkpoint of another program: no record of the data module that train.py keeps in every one.
+    torch.save({key: value for key, value in other_model.items() if "datamodule" not in key}, folder / "foreign.ckpt")
     return {
         "missing": (folder / "missing.ckpt", "no such file"),
         "folder": (folder, "is a folder"),
@@ -202,10 +260,11 @@ def another_programs_files(folder) -> dict[str, object]:
         "text": (folder / "notes.ckpt", "is not a PyTorch checkpoint"),
         "a dict": (folder / "a_dict.ckpt", "not a checkpoint written by scripts/train.py"),
         "another model": (folder / "other_model.ckpt", "weights of another network"),
+        "foreign": (folder / "foreign.ckpt", "not a checkpoint written by scripts/train.py"),
     }
 
 
-@pytest.mark.parametrize("kind", ["missing", "folder", "best", "empty", "text", "a dict", "another model"])
+@pytest.mark.parametrize("kind", ["missing", "folder", "best", "empty", "text", "a dict", "another model", "foreign"])
 def test_anything_but_a_good_checkpoint_is_refused_by_train(fake_mnist, tmp_path, capsys, kind):
     path, phrase = another_programs_files(tmp_path)[kind]
     code = run(fake_mnist, tmp_path / "run", "--ckpt_path", str(path))
@@ -264,14 +323,18 @@ def test_print_config_checks_the_values_it_prints(capsys):
     assert stop.value.code == 0 and "batch_size: 64" in capsys.readouterr().out
     assert main(["--batch_size", "0", "--print_config"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and "batch_size must be at least 1" in captured.err
+    assert captured.out == "" and "--batch_size 0 is out of range" in one_line(captured.err)
+    # The data module's own checks, as it is built.
+    assert main(["--data.val_size", "0", "--print_config"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "val_size must be at least 1, got 0" in one_line(captured.err)
 
 
 def test_a_networks_warnings_are_shown_only_when_the_network_is_accepted(fake_mnist, tmp_path, capsys, recwarn):
-    # torch warns "Initializing zero-element tensors is a no-op" as it builds nn.Linear(784, 0): noise above the
+    # torch warns "Initializing zero-element tensors is a no-op" as it builds nn.Conv2d(1, 0, 3): noise above the
     # message that refuses the network.
-    code = run(fake_mnist, tmp_path / "refused", "--net.num_classes", "0")
-    refusal = ["maps a batch of images of shape [2, 1, 28, 28] to [2, 0]"]
+    code = run(fake_mnist, tmp_path / "refused", "--net", "helpers.SmallCNN", "--net.channels", "0")
+    refusal = ["the network SmallCNN cannot take a batch of samples of shape [2, 1, 28, 28]"]
     assert_clean_failure(capsys, code, 2, refusal, tmp_path / "refused")
     assert not [warning for warning in recwarn if "zero-element" in str(warning.message)]
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import TINY_RUN, one_line
 
 from mnist_lightning.evaluate import main
@@ -14,7 +15,7 @@ from mnist_lightning.train import main as train_main
 @pytest.fixture(scope="module")
 def trained(fake_mnist, tmp_path_factory) -> dict:
     run = tmp_path_factory.mktemp("trained") / "run"
-    assert train_main(["--data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN]) == 0
+    assert train_main(["--data.data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN]) == 0
     return json.loads((run / "metrics.json").read_text())
 
 
@@ -27,7 +28,7 @@ def test_evaluate_reproduces_the_test_accuracy_of_training(trained, tmp_path):
 
 def test_evaluate_on_other_settings(trained, fake_mnist, tmp_path):
     flags = ["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e"), "--batch_size", "7"]
-    assert main([*flags, "--data_dir", str(fake_mnist), "--precision", "bf16-mixed", "--accelerator", "cpu"]) == 0
+    assert main([*flags, "--data.data_dir", str(fake_mnist), "--precision", "bf16-mixed", "--accelerator", "cpu"]) == 0
     written = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert written["batch_size"] == 7 and written["precision"] == "bf16-mixed"
     assert written["test/acc"] == pytest.approx(trained["test/acc"], abs=0.02)
@@ -52,17 +53,48 @@ def test_a_bad_batch_size_is_named_not_blamed_on_the_checkpoint(trained, tmp_pat
         main(["--ckpt_path", trained["best_checkpoint"], "--batch_size", "0", "--output_dir", str(tmp_path / "e")]) == 2
     )
     err = one_line(capsys.readouterr().err)
-    assert err == "Error: batch_size must be at least 1, got 0." and not (tmp_path / "e").exists()
+    assert err == "Error: --batch_size 0: batch_size must be at least 1, got 0." and not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["--data.val_size", "0"], "--data.val_size 0: val_size must be at least 1, got 0."),
+        (["--data.dataset", "cifar10"], "--data.dataset cifar10: dataset"),
+        (["--data.no_such_argument", "1"], "--data.no_such_argument 1: "),
+    ],
+)
+def test_a_bad_data_argument_is_named_not_blamed_on_the_checkpoint(trained, tmp_path, capsys, flags, phrase):
+    assert main(["--ckpt_path", trained["best_checkpoint"], *flags, "--output_dir", str(tmp_path / "e")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith(f"Error: {phrase}") and err.count("Error:") == 1, err
+    assert "Traceback" not in err and "checkpoint" not in err and not (tmp_path / "e").exists()
 
 
 def test_a_network_that_cannot_be_imported_is_named(fake_mnist, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     net = ["--net", "helpers.SmallCNN", "--net.channels", "2"]
-    assert train_main(["--data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN, *net]) == 0
+    assert train_main(["--data.data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN, *net]) == 0
     monkeypatch.setitem(sys.modules, "helpers", None)  # as in a shell where the module is not on the path
     assert main(["--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "was trained with the network helpers.SmallCNN, which cannot be built here" in err and "PYTHONPATH" in err
+    assert "was trained with helpers.SmallCNN, which cannot be built here" in err and "PYTHONPATH" in err
+
+
+def test_a_data_module_that_cannot_be_imported_is_named(trained, tmp_path, capsys):
+    contents = torch.load(trained["best_checkpoint"], weights_only=True)
+    contents["datamodule_hyper_parameters"]["_class_path"] = "not_installed.MyData"
+    torch.save(contents, tmp_path / "moved.ckpt")
+    assert main(["--ckpt_path", str(tmp_path / "moved.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "was trained with not_installed.MyData, which cannot be built here" in err and "PYTHONPATH" in err
+    # A checkpoint that does not record its data module was not written by train.py: it cannot be evaluated.
+    del contents["datamodule_hyper_parameters"]
+    torch.save(contents, tmp_path / "foreign.ckpt")
+    assert main(["--ckpt_path", str(tmp_path / "foreign.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "not a checkpoint written by scripts/train.py (it has no datamodule_hyper_parameters)" in err
+    assert not (tmp_path / "e").exists()
 
 
 def test_help_is_plain_text(capsys):

@@ -23,7 +23,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def flags(data) -> list[str]:
-    return ["--data_dir", str(data), "--val_size", str(FAKE_VAL), "--batch_size", "50", "--quiet", "true"]
+    return ["--data.data_dir", str(data), "--data.val_size", str(FAKE_VAL), "--batch_size", "50", "--quiet", "true"]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ from mnist_lightning import gpu_check, plain_pytorch, train_fabric
 gpu = pytest.mark.gpu
 SYNC_WARNING = "called a synchronizing CUDA operation"
 # 1,000 training images in batches of 50: 20 steps per epoch, so per-step syncs cannot hide among per-epoch ones.
+# The plain and Fabric rungs take --val_size; train.py takes the data module's arguments as --data.NAME.
 STEPS_RUN = ["--val_size", str(FAKE_VAL), "--batch_size", "50", "--max_epochs", "2"]
+TRAINER_STEPS_RUN = ["--data.val_size", str(FAKE_VAL), "--batch_size", "50", "--max_epochs", "2"]
 
 
 @contextlib.contextmanager
@@ -37,8 +39,8 @@ def counting_host_syncs(counter: list):
 
 @gpu
 def test_train_on_one_gpu(fake_mnist, tmp_path):
-    flags = ["--accelerator", "gpu", "--devices", "1", "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path)]
-    metrics = train_run(*flags, *TINY_RUN)
+    flags = ["--accelerator", "gpu", "--devices", "1", "--data.data_dir", str(fake_mnist)]
+    metrics = train_run(*flags, "--output_dir", str(tmp_path), *TINY_RUN)
     assert metrics["accelerator"] == "cuda" and metrics["devices"] == 1
     assert metrics["test/acc"] > 0.9 and metrics["peak_gpu_mb"] > 0
 
@@ -63,7 +65,7 @@ def test_dataset_lives_on_the_gpu(fake_mnist):
 def test_trainer_mixed_precision_on_the_gpu(fake_mnist, tmp_path, precision):
     if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bfloat16 support")
-    flags = ["--accelerator", "gpu", "--devices", "1", "--precision", precision, "--data_dir", str(fake_mnist)]
+    flags = ["--accelerator", "gpu", "--devices", "1", "--precision", precision, "--data.data_dir", str(fake_mnist)]
     metrics = train_run(*flags, "--output_dir", str(tmp_path), *TINY_RUN)
     assert metrics["precision"] == precision and metrics["test/acc"] > 0.9
 
@@ -112,7 +114,8 @@ def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path, monkey
 
     from mnist_lightning.cli import build_training, parse_args
 
-    training = build_training(parse_args([*flags, "--accelerator", "gpu", "--output_dir", str(tmp_path / "trainer")]))
+    flags = ["--data.data_dir", str(fake_mnist), *TRAINER_STEPS_RUN, "--accelerator", "gpu"]
+    training = build_training(parse_args([*flags, "--output_dir", str(tmp_path / "trainer")]))
     training.trainer.callbacks.insert(0, CountSyncs())
     training.trainer.fit(training.model, datamodule=training.datamodule)
     for rung, per_epoch in counts.items():
@@ -127,7 +130,7 @@ def test_epoch_times_wait_for_the_gpu(fake_mnist):
 
     from mnist_lightning.callbacks import EpochHistory
     from mnist_lightning.datamodule import MNISTDataModule
-    from mnist_lightning.lightning_module import MNISTClassifier
+    from mnist_lightning.lightning_module import Classifier
 
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -151,7 +154,8 @@ def test_epoch_times_wait_for_the_gpu(fake_mnist):
         enable_progress_bar=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(MNISTClassifier(), datamodule=MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=100))
+    datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=100)
+    trainer.fit(Classifier(datamodule.input_shape, datamodule.num_classes), datamodule=datamodule)
     assert history.rows[0]["seconds"] >= 0.4
 
 

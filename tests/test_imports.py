@@ -85,7 +85,7 @@ def test_help_of_every_entry_point_imports_nothing_only_some_runs_need(floor):
 
 def test_a_training_run_imports_neither_tensorboard_nor_onnx(fake_mnist, tmp_path, floor):
     run_dir = tmp_path / "run"
-    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(run_dir), *TINY_RUN]
+    flags = ["--data.data_dir", str(fake_mnist), "--output_dir", str(run_dir), *TINY_RUN]
     after = modules_after(["scripts/train.py", *flags])["scripts/train.py"]
     assert (run_dir / "metrics.json").is_file()  # the run did train and test
     # A finished run draws its plots when matplotlib is installed: that is the one run that needs them.

@@ -1,4 +1,5 @@
-"""MNISTClassifier: any network, per-stage metrics, the optimizer and schedule it builds, no device code."""
+"""Classifier: any network, built for the data's sizes; per-stage metrics, the optimizer and schedule it builds,
+no device code."""
 
 from pathlib import Path
 
@@ -10,15 +11,22 @@ from lightning.pytorch import Trainer
 
 import mnist_lightning
 from mnist_lightning.datamodule import MNISTDataModule
-from mnist_lightning.lightning_module import MNISTClassifier
+from mnist_lightning.lightning_module import Classifier, check_network
 from mnist_lightning.model import SimpleNN
+
+MNIST = MNISTDataModule.input_shape, MNISTDataModule.num_classes  # (1, 28, 28), 10: what the data module says
+
+
+def classifier(**settings) -> Classifier:
+    """The model sized for MNIST, as train.py builds it from the data module."""
+    return Classifier(*MNIST, **settings)
 
 
 def batch(size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(size, 1, 28, 28), torch.randint(0, 10, (size,))
 
 
-def fit_one_batch(model: MNISTClassifier, data_dir) -> Trainer:
+def fit_one_batch(model: Classifier, data_dir) -> Trainer:
     """One training and one validation batch through a real Trainer loop."""
     datamodule = MNISTDataModule(str(data_dir), val_size=FAKE_VAL, batch_size=50)
     trainer = Trainer(accelerator="cpu", fast_dev_run=True, logger=False, enable_progress_bar=False)
@@ -26,9 +34,9 @@ def fit_one_batch(model: MNISTClassifier, data_dir) -> Trainer:
     return trainer
 
 
-@pytest.mark.parametrize("net", [None, SmallCNN()])
+@pytest.mark.parametrize("net", [None, SmallCNN])
 def test_a_training_step_updates_the_weights_of_any_network(fake_mnist, net):
-    model = MNISTClassifier(net=net)
+    model = classifier() if net is None else classifier(net=net)
     assert isinstance(model.net, SmallCNN if net is not None else SimpleNN)
     before = [p.detach().clone() for p in model.net.parameters()]
     fit_one_batch(model, fake_mnist)
@@ -36,7 +44,7 @@ def test_a_training_step_updates_the_weights_of_any_network(fake_mnist, net):
 
 
 def test_stages_log_their_metrics_under_stage_names(fake_mnist):
-    model = MNISTClassifier()
+    model = classifier()
     trainer = fit_one_batch(model, fake_mnist)
     assert {"train/loss", "val/loss", "val/acc"} <= trainer.callback_metrics.keys()
     trainer.test(model, datamodule=trainer.datamodule, verbose=False)
@@ -45,19 +53,56 @@ def test_stages_log_their_metrics_under_stage_names(fake_mnist):
 
 
 def test_each_stage_has_its_own_metric_objects():
-    model = MNISTClassifier()
+    model = classifier()
     assert model.val_acc is not model.test_acc and model.val_loss is not model.test_loss
 
 
 def test_predict_step_returns_class_probabilities():
-    probabilities = MNISTClassifier().predict_step(batch(5), 0)
+    model = classifier()
+    probabilities = model.predict_step(batch(5), 0)
     assert probabilities.shape == (5, 10)
     torch.testing.assert_close(probabilities.sum(dim=1), torch.ones(5))
+    samples = batch(5)[0]  # a batch of samples alone, as a data module's predict_dataloader may give it
+    torch.testing.assert_close(model.predict_step(samples, 0), model.predict_step((samples,), 0))
+
+
+def test_the_network_is_built_for_the_datas_sizes():
+    built = []
+
+    def factory(input_shape, num_classes):
+        built.append((input_shape, num_classes))
+        return SimpleNN(input_shape, num_classes)
+
+    model = Classifier([3, 8, 8], 4, net=factory)  # e.g. small colour pictures of 4 classes
+    assert built == [((3, 8, 8), 4)]
+    assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 4) and model.test_confusion.num_classes == 4
+    assert (model.hparams.input_shape, model.hparams.num_classes) == ([3, 8, 8], 4)
+    ready_made = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    assert Classifier(*MNIST, net=lambda shape, classes: ready_made).net is ready_made
+
+
+def test_a_network_that_does_not_fit_the_data_is_refused_in_its_own_terms():
+    with pytest.raises(
+        ValueError,
+        match=r"maps a batch of samples of shape \[2, 1, 28, 28\] to \[2, 10\]; it must give "
+        r"\[2, 5\], one score per class for each sample",
+    ):
+        Classifier((1, 28, 28), 5, net=lambda shape, classes: SimpleNN(shape, 10))
+    with pytest.raises(ValueError, match=r"cannot take a batch of samples of shape \[2, 3, 28, 28\]"):
+        Classifier((3, 28, 28), 10, net=lambda shape, classes: SimpleNN((1, 28, 28), classes))
+    with pytest.raises(ValueError, match="must give"):
+        check_network(SimpleNN((1, 28, 28), 10), torch.zeros(2, 1, 28, 28), 3)
+
+
+@pytest.mark.parametrize(("shape", "classes"), [((1, 28, 28), 1), ((), 10), ((1, 0, 28), 10)])
+def test_data_sizes_that_cannot_be_classified_are_refused(shape, classes):
+    with pytest.raises(ValueError, match="2 classes or more and samples of a positive shape"):
+        Classifier(shape, classes)
 
 
 @pytest.mark.parametrize(("name", "cls"), [("adam", torch.optim.Adam), ("sgd", torch.optim.SGD)])
 def test_optimizer_choice_and_hyperparameters(name, cls):
-    model = MNISTClassifier(optimizer=name, lr=0.5, momentum=0.7, lr_schedule="constant")
+    model = classifier(optimizer=name, lr=0.5, momentum=0.7, lr_schedule="constant")
     model.trainer = Trainer(max_steps=10, logger=False)  # configure_optimizers reads the run's length
     optimizer = model.configure_optimizers()["optimizer"]
     assert isinstance(optimizer, cls) and optimizer.defaults["lr"] == 0.5
@@ -67,7 +112,7 @@ def test_optimizer_choice_and_hyperparameters(name, cls):
 
 
 def test_the_cosine_schedule_decays_to_zero_over_the_run(fake_mnist, tmp_path):
-    model = MNISTClassifier()
+    model = classifier()
     datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=100)  # 10 steps per epoch
     trainer = Trainer(max_epochs=2, logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
     trainer.fit(model, datamodule=datamodule)
@@ -79,7 +124,7 @@ def test_the_cosine_schedule_decays_to_zero_over_the_run(fake_mnist, tmp_path):
 @pytest.mark.parametrize("settings", [{"lr": 0}, {"lr": -1.0}, {"momentum": -0.1}, {"weight_decay": -1.0}])
 def test_bad_settings_are_refused_in_the_models_own_terms(settings):
     with pytest.raises(ValueError, match=next(iter(settings))):
-        MNISTClassifier(**settings)
+        classifier(**settings)
 
 
 def test_no_device_code_on_the_lightning_side():
@@ -92,7 +137,7 @@ def test_no_device_code_on_the_lightning_side():
 def test_epoch_losses_are_means_over_samples_even_with_a_short_last_batch(fake_mnist, tmp_path):
     # Batches of 64 leave a last batch of 8 in the validation split: a mean of batch means would be off.
     datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=64)
-    model = MNISTClassifier()
+    model = classifier()
     trainer = Trainer(max_epochs=1, logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
     trainer.fit(model, datamodule=datamodule)
     images, labels = map(torch.cat, zip(*datamodule.val_dataloader(), strict=True))

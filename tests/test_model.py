@@ -1,21 +1,33 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from mnist_lightning.model import SimpleNN
 
 
 def test_simple_nn_maps_images_to_ten_scores():
-    model = SimpleNN()
+    model = SimpleNN((1, 28, 28), 10)
     assert model(torch.zeros(4, 1, 28, 28)).shape == (4, 10)
     assert model(torch.zeros(4, 28, 28)).shape == (4, 10)
 
 
 def test_simple_nn_is_one_linear_layer_after_a_flatten():
-    model = SimpleNN()
+    model = SimpleNN((1, 28, 28), 10)
     assert [type(m).__name__ for m in model.children()] == ["Flatten", "Linear"]
     assert sum(p.numel() for p in model.parameters()) == 784 * 10 + 10
+
+
+def test_simple_nn_is_sized_by_the_data():
+    model = SimpleNN((3, 8, 8), 4)  # e.g. small colour pictures of 4 classes
+    assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 4)
+    assert sum(p.numel() for p in model.parameters()) == 3 * 8 * 8 * 4 + 4
+
+
+def test_simple_nn_has_no_default_sizes():
+    with pytest.raises(TypeError):
+        SimpleNN()
 
 
 def test_the_model_and_the_shared_pieces_do_not_import_lightning():

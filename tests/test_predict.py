@@ -26,7 +26,7 @@ from mnist_lightning.train import main as train_main
 
 
 def trained_checkpoint(data_dir: Path, run: Path, *flags: str) -> str:
-    assert train_main(["--data_dir", str(data_dir), "--output_dir", str(run), *flags]) == 0
+    assert train_main(["--data.data_dir", str(data_dir), "--output_dir", str(run), *flags]) == 0
     return json.loads((run / "metrics.json").read_text())["best_checkpoint"]
 
 
@@ -150,7 +150,7 @@ def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
     [
         (["x.png", "--min_confidence", "nan"], "--min_confidence nan is not a finite number"),
         (["x.png", "--max_rows", "-1"], "--max_rows -1: use 0"),
-        ([], "inputs"),
+        (["x.png", "--ckpt_path"], "--ckpt_path"),
     ],
 )
 def test_bad_options_are_one_paragraph_without_usage(fake_ckpt, capsys, flags, phrase):
@@ -164,11 +164,27 @@ def test_the_table_is_bounded_and_the_file_has_every_row(fake_ckpt, fake_mnist, 
     output = tmp_path / "all.csv"
     assert main(["--ckpt_path", fake_ckpt, str(idx), "--max_rows", "5", "--output", str(output)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].split() == ["input", "digit", "confidence"]
+    assert lines[0].split() == ["input", "class", "confidence"]
     assert [line.split()[0] for line in lines[1:6]] == [f"{idx}[{i}]" for i in range(5)]
     assert f"and {FAKE_TEST - 5} more rows" in lines[6]
-    assert f"{FAKE_TEST} inputs: {FAKE_TEST} predicted" in lines[7]
-    assert len(output.read_text().strip().splitlines()) == FAKE_TEST + 1
+    assert f"{FAKE_TEST} inputs: {FAKE_TEST} predicted" in lines[7] and " Classes 0: " in lines[7]
+    written = output.read_text().strip().splitlines()
+    assert len(written) == FAKE_TEST + 1
+    probabilities = [f"p{c}" for c in range(10)]  # one column per class of the model
+    assert written[0].split(",") == ["input", "status", "prediction", "confidence", *probabilities, "note"]
+
+
+def test_without_inputs_the_data_modules_predict_set_is_predicted(fake_ckpt, fake_mnist, capsys, tmp_path):
+    # MNISTDataModule's predict_dataloader is its test set: the t10k file, in order.
+    rows = predict(fake_ckpt, tmp_path=tmp_path)
+    assert [row["input"] for row in rows] == [f"#{i}" for i in range(FAKE_TEST)]
+    same_file = predict(fake_ckpt, fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte", tmp_path=tmp_path)
+    assert [row["prediction"] for row in rows] == [row["prediction"] for row in same_file]
+    for row, same in zip(rows, same_file, strict=True):
+        assert row["confidence"] == pytest.approx(same["confidence"], abs=1e-6)
+    assert main(["--ckpt_path", fake_ckpt, "--max_rows", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["#0", "#1"] and f"{FAKE_TEST} inputs:" in lines[-1]
 
 
 def test_quiet_prints_nothing_and_writes_every_row(fake_ckpt, fake_mnist, capsys, tmp_path):
@@ -214,6 +230,8 @@ def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake
     assert [output.name for output in onnx.load(tmp_path / "export" / "model.onnx").graph.output] == ["logits"]
     spec = json.loads((tmp_path / "export" / "preprocessing.json").read_text())
     assert spec["from_picture"]["steps"] == STEPS and spec["output"]["name"] == "logits"
+    # The sizes are the model's, as the data module gave them: one MNIST image in, one score per class out.
+    assert spec["input"]["shape"] == ["batch", 1, 28, 28] and spec["output"]["shape"] == ["batch", 10]
     # A server with model.pt2, preprocessing.json and preprocessing.py gets predict.py's answer for a file.
     images, _ = mnist_test_set(fake_mnist)
     picture = scan(to_mnist_digit(Image.fromarray(images[0])), np.random.default_rng(0))

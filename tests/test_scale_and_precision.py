@@ -15,7 +15,7 @@ VOLATILE = {"fit_seconds", "best_checkpoint", "peak_host_mb", "peak_gpu_mb", "hi
 
 
 def run(data_dir, output_dir, *flags):
-    return train_run("--data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags)
+    return train_run("--data.data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags)
 
 
 def test_bf16_mixed_precision_on_cpu(fake_mnist, tmp_path):
@@ -38,7 +38,7 @@ def test_same_seed_and_deterministic_runs_write_identical_metrics(fake_mnist, tm
 def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
     """Lightning's own DDP (gloo on CPU): one metrics.json from rank 0, metrics synced over both ranks."""
     output_dir = tmp_path / "ddp"
-    flags = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--data_dir", str(fake_mnist)]
+    flags = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--data.data_dir", str(fake_mnist)]
     flags += ["--output_dir", str(output_dir), *TINY_RUN]
     result = subprocess.run([sys.executable, "scripts/train.py", *flags], cwd=ROOT, capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
@@ -53,7 +53,7 @@ def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
 
 @pytest.mark.real_data
 def test_classic_sgd_config_reaches_91_percent(real_mnist, tmp_path):
-    config = ["--config", str(ROOT / "configs" / "classic_sgd.yaml"), "--data_dir", str(real_mnist)]
+    config = ["--config", str(ROOT / "configs" / "classic_sgd.yaml"), "--data.data_dir", str(real_mnist)]
     metrics = train_run(*config, "--output_dir", str(tmp_path / "sgd"), "--enable_progress_bar", "false")
     assert (metrics["batch_size"], metrics["epochs"]) == (32, 5)
     assert metrics["test/acc"] >= 0.91

@@ -1,5 +1,5 @@
 """The first things a template user changes, each one flag away: their own network (--net) and another
-MNIST-format dataset (--dataset). Trained, evaluated, predicted and exported with no other file changed."""
+MNIST-format dataset (--data.dataset). Trained, evaluated, predicted and exported with no other file changed."""
 
 import json
 
@@ -15,12 +15,12 @@ from mnist_lightning.train import main
 def test_a_user_cnn_on_fashion_mnist_trains_evaluates_predicts_and_exports(tmp_path, capsys):
     data = write_fake_dataset(tmp_path / "data", "FashionMNIST")
     run = tmp_path / "run"
-    flags = ["--data_dir", str(data), "--output_dir", str(run), *TINY_RUN, "--accelerator", "cpu"]
-    assert main([*flags, "--net", "helpers.SmallCNN", "--net.channels", "4", "--dataset", "fashion_mnist"]) == 0
+    flags = ["--data.data_dir", str(data), "--output_dir", str(run), *TINY_RUN, "--accelerator", "cpu"]
+    assert main([*flags, "--net", "helpers.SmallCNN", "--net.channels", "4", "--data.dataset", "fashion_mnist"]) == 0
 
     record = yaml.safe_load((run / "config.yaml").read_text())
     assert record["net"] == {"class_path": "helpers.SmallCNN", "init_args": {"channels": 4}}
-    assert record["dataset"] == "fashion_mnist"
+    assert record["data"]["init_args"]["dataset"] == "fashion_mnist"
     trained = json.loads((run / "metrics.json").read_text())
     assert trained["test/acc"] > 0.9
 

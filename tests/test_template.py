@@ -144,7 +144,16 @@ def test_the_baked_project_installs_passes_its_tests_and_trains(custom_project, 
     tests = subprocess.run(command, cwd=custom_project, env=env)
     assert tests.returncode == 0
 
-    flags = ["--accelerator", "cpu", "--devices", "1", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
+    flags = [
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "1",
+        "--data.data_dir",
+        str(fake_mnist),
+        "--data.val_size",
+        str(FAKE_VAL),
+    ]
     flags += ["--batch_size", "100", "--max_epochs", "1", "--output_dir", str(tmp_path / "run")]
     train = subprocess.run([python, "scripts/train.py", *flags], cwd=custom_project, env=env, capture_output=True)
     assert train.returncode == 0, train.stderr.decode()[-2000:]

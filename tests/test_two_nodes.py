@@ -35,7 +35,9 @@ def final_weights(run_dir: Path, rung: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("rung", ["trainer", "fabric"])
 def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(rung, fake_mnist, tmp_path):
-    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100", "--max_epochs", "2"]
+    data = "--data." if rung == "trainer" else "--"  # train.py takes the data module's arguments as --data.NAME
+    flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]
+    flags += ["--max_epochs", "2"]
     flags += ["--accelerator", "cpu", "--strategy", "ddp"]
     flags += ["--enable_progress_bar", "false"] if rung == "trainer" else []
     # One thread per process in both layouts: Lightning would otherwise give each process cores // local processes,

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
+from jsonargparse import ArgumentParser
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .datamodule import MNISTDataModule
-from .lightning_module import MNISTClassifier
+from .errors import UserError
+from .lightning_module import Classifier
 
 
 class CheckpointError(Exception):
@@ -27,36 +28,68 @@ class CheckpointError(Exception):
 
 @dataclass
 class Checkpoint:
-    model: MNISTClassifier
-    datamodule: MNISTDataModule
+    model: Classifier
+    datamodule: LightningDataModule
     epochs: int  # epochs completed when it was saved
 
 
 def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
-    """The model, the data settings it was trained with (``data_overrides`` replace some) and its epoch count.
+    """The model, the data module it was trained with (``data_overrides`` replace some of its arguments) and its
+    epoch count; the network and the data module are rebuilt from the class paths the run recorded.
 
     Every entry point (train, evaluate, predict, export) loads through here, so each bad input gets the same
     message wherever it is given. Read with ``weights_only=True``: only tensors and plain containers are
     unpickled, so a checkpoint from an untrusted source cannot run code while loading.
     """
     contents = read_checkpoint(path)
+    recorded = dict(contents["datamodule_hyper_parameters"])
+    class_path = recorded.pop("_class_path", None)
+    recorded.pop("_instantiator", None)
     try:
-        model = MNISTClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
-        datamodule = MNISTDataModule.load_from_checkpoint(path, weights_only=True)
-    except Exception as error:  # a network that does not fit the weights, or settings from another version
-        if unbuilt := re.search(r"Problem with given class_path '([^']+)':\s*(.+)", str(error)):
+        model = Classifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+        datamodule = build_data_module(class_path, recorded)
+    except Exception as error:  # a class that cannot be imported or built here, or settings from another version
+        if unbuilt := unbuildable_class(error):
             raise CheckpointError(
-                f"{path} was trained with the network {unbuilt[1]}, which cannot be built here: "
-                f"{unbuilt[2].strip().rstrip('.')}. Make its module importable (install its package, or add its "
+                f"{path} was trained with {unbuilt[0]}, which cannot be built here: "
+                f"{unbuilt[1].strip().rstrip('.')}. Make its module importable (install its package, or add its "
                 "folder to PYTHONPATH) and run again."
             ) from error
         raise CheckpointError(
-            f"{path} holds a checkpoint that this project's MNISTClassifier cannot rebuild: {first_line(error)}. "
-            "Pass a checkpoint written by scripts/train.py of this project."
+            f"{path} holds a checkpoint that this project cannot rebuild: {first_line(error)}. Pass a checkpoint "
+            "written by scripts/train.py of this project."
         ) from error
     if data_overrides:  # settings of this evaluation, checked by the data module in its own terms
-        datamodule = MNISTDataModule(**(dict(datamodule.hparams) | data_overrides))
+        try:
+            datamodule = build_data_module(class_path, recorded | data_overrides)
+        except Exception as error:
+            # Named as the user gave them: --batch_size is a flag of its own on every entry point, the rest --data.*.
+            given = " ".join(
+                f"--{'' if name == 'batch_size' else 'data.'}{name} {value}" for name, value in data_overrides.items()
+            )
+            raise UserError(f"{given}: {argument_problem(error)}.") from error
+    # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
+    datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
+
+
+def unbuildable_class(error: BaseException) -> tuple[str, str] | None:
+    """The class path that jsonargparse could not import, and why; None for any other error."""
+    if found := re.search(r"Problem with given class_path '([^']+)':\s*(.+)", str(error)):
+        return found[1], found[2]
+    # The network is a callable to jsonargparse (Classifier's ``net``), which says why before the class path.
+    callable_class = r"expects a function or a callable class: (.+?)\. Got value: Namespace\(class_path='([^']+)'"
+    if found := re.search(callable_class, str(error), flags=re.DOTALL):
+        return found[2], found[1]
+    return None
+
+
+def build_data_module(class_path: str | None, arguments: dict[str, Any]) -> LightningDataModule:
+    """The data module a run recorded (its class path and arguments), the arguments checked against its signature."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(LightningDataModule, "data", required=True)
+    config = parser.parse_object({"data": {"class_path": class_path, "init_args": arguments}})
+    return parser.instantiate_classes(config).data
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -98,7 +131,13 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from error
     missing = [
         key
-        for key in ("state_dict", "hyper_parameters", "epoch", "pytorch-lightning_version")
+        for key in (
+            "state_dict",
+            "hyper_parameters",
+            "datamodule_hyper_parameters",
+            "epoch",
+            "pytorch-lightning_version",
+        )
         if not isinstance(contents, dict) or key not in contents
     ]
     if missing:
@@ -133,6 +172,19 @@ def completed_epochs(contents: dict[str, Any]) -> int:
     progress = contents.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
     finished = progress.get("is_last_batch", True)
     return int(contents.get("epoch", -1)) + (1 if finished else 0)
+
+
+def argument_problem(error: BaseException) -> str:
+    """What a jsonargparse error says is wrong, with the argument it is about, without the union and value dumps."""
+    key = None
+    skipped = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path")
+    for line in str(error).splitlines():
+        line = line.strip().removeprefix("- ")
+        if named := re.fullmatch(r'Parser key "([^"]+)":', line):
+            key = named[1]
+        elif line and not line.startswith(skipped) and line != "Expected a <class 'NoneType'>":
+            return f"{key}: {line.rstrip('.')}" if key and key != "data" else line.rstrip(".")
+    return first_line(error)
 
 
 def first_line(error: BaseException) -> str:

@@ -1,24 +1,27 @@
 """The command line of ``scripts/train.py``, turned into built objects: the one place where that happens.
 
-Every option of the Trainer, of MNISTClassifier and of MNISTDataModule is a top-level flag
-(``--accelerator gpu --devices 1 --batch_size 256``) and a top-level key of a YAML config file. jsonargparse,
-the parser behind LightningCLI, reads them straight from the classes' signatures, so a new argument of the
-model or the data module is a new flag with no parser code. (LightningCLI itself would nest them as
+Every option of the Trainer and of the Classifier is a top-level flag (``--accelerator gpu --devices 1
+--lr 0.01``) and a top-level key of a YAML config file; the data module is chosen by class path (``--data
+my_package.MyData``, default the MNIST one) with its arguments as ``--data.NAME``, and ``--batch_size``, which
+every data module takes, is a top-level flag too. jsonargparse, the parser behind LightningCLI, reads them
+straight from the classes' signatures, so a new argument of the model or the data module is a new flag with no
+parser code. (LightningCLI itself would nest them as
 ``--trainer.accelerator``, ``--model.lr``; the flat flags keep ``--accelerator gpu --devices 1`` as people type
 it.) Each run records the configuration it resolved to in ``<run>/config.yaml``.
 """
 
 import difflib
+import importlib
 import importlib.util
 import inspect
 import itertools
 import logging
-import math
 import os
 import re
 import shlex
 import shutil
 import sys
+import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +33,7 @@ import torch
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import Trainer, seed_everything
+from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
@@ -47,11 +50,10 @@ from .checkpoints import (
     load_weights,
     read_checkpoint,
 )
-from .data import DataError, training_set_size
-from .datamodule import MNISTDataModule
+from .data import DataError
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError
-from .lightning_module import MNISTClassifier
+from .lightning_module import Classifier
 from .model import MATMUL_HELP
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 
@@ -65,7 +67,9 @@ RECORD = RUN_RECORD
 # What may differ when a run is resumed from its record: how long it trains, where and how it shows progress.
 # Anything else would make the finished run a mix of two configurations, and is refused.
 RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
-RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "num_workers", "callbacks", "data_dir"}
+RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"}
+RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read
+DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 
 
@@ -82,12 +86,20 @@ class ReadableHelp(DefaultHelpFormatter):
         return re.sub(r":\w+:`~?([^`]+)`", r"\1", super().format_help()).replace("``", "")
 
 
+class Parser(ArgumentParser):
+    """jsonargparse's parser, with ReadableHelp also on the pages of ``--data.help CLASS`` and ``--net.help CLASS``
+    (jsonargparse prints each with a new parser of the same class)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", ReadableHelp)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
+    parser = Parser(
         prog="train.py",
-        description="Train a network on MNIST with PyTorch Lightning, then test the best checkpoint.",
+        description="Train a network with PyTorch Lightning, then test the best checkpoint.",
         exit_on_error=False,
-        formatter_class=ReadableHelp,
     )
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
     parser.add_argument("--seed", type=int, default=42, help="Seed of model initialization and data order.")
@@ -105,8 +117,16 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="high", help=MATMUL_HELP
     )
-    parser.add_class_arguments(MNISTClassifier, nested_key=None, instantiate=False)
-    parser.add_class_arguments(MNISTDataModule, nested_key=None, instantiate=False)
+    # The data's sizes are the data module's to give, not options (build_model_and_data).
+    parser.add_class_arguments(Classifier, nested_key=None, instantiate=False, skip={"input_shape", "num_classes"})
+    parser.add_subclass_arguments(LightningDataModule, "data", help="The data module, by class path.")
+    # (Its heading would be the first lines of LightningDataModule's docstring, cut mid-sentence.)
+    parser.groups["data"].title = (
+        "The data: any LightningDataModule by class path, its arguments as --data.NAME VALUE (listed by "
+        "--data.help CLASS_PATH)"
+    )
+    parser.add_argument("--batch_size", type=int, default=4096, help="Samples per batch, for every stage.")
+    parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir", "logger"})
     parser.add_argument(
@@ -117,7 +137,7 @@ def build_parser() -> ArgumentParser:
         "Lightning Logger by class path, e.g. --logger WandbLogger --logger.project mnist.",
     )
     parser.set_defaults(TRAINER_DEFAULTS)
-    parser.set_defaults(net={"class_path": "mnist_lightning.model.SimpleNN"})
+    parser.set_defaults(net={"class_path": "mnist_lightning.model.SimpleNN"}, data={"class_path": DATA_MODULE})
     return parser
 
 
@@ -131,10 +151,14 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     options = {action.dest.split(".")[0] for action in parser._actions} - {"help", "config", "print_config"}
     for path in config_paths(argv):
         check_config_file(Path(path), options)
+    refuse_data_batch_size(argv)
     try:
-        config = parser.parse_args(argv)
-        if config.ckpt_path == "last" and config.output_dir and (Path(config.output_dir) / RECORD).is_file():
-            record = str(Path(config.output_dir) / RECORD)
+        # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
+        # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
+        record = resume_record(flag_value(argv, "--output_dir"), flag_value(argv, "--ckpt_path"))
+        config = None if record else parser.parse_args(argv)
+        record = record or resume_record(config.output_dir, config.ckpt_path)
+        if record:
             recorded = parser.parse_args(["--config", record])
             config = parser.parse_args(["--config", record, *argv])
             refuse_changes(recorded, config)
@@ -147,6 +171,33 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         print(parser.dump(config, skip_none=skip_none, skip_validation=True), end="")
         raise SystemExit(0)
     return config
+
+
+def refuse_data_batch_size(argv: list[str]) -> None:
+    """The data module's batch_size is the top-level --batch_size (linked into it), which would silently win."""
+    given = [arg.split("=")[0] for arg in argv if arg.split("=")[0] == "--data.batch_size"]
+    for path in config_paths(argv):
+        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data")
+        init_args = data.get("init_args") if isinstance(data, dict) else None
+        if isinstance(init_args, dict) and "batch_size" in init_args:
+            given.append(f"batch_size under data: init_args: in {path}")
+    if given:
+        raise UserError(
+            f"{given[0]}: the batch size is the top-level --batch_size (a top-level batch_size: in a config file), "
+            "which every data module takes; give it there."
+        )
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value last given to ``flag`` on the command line (``--flag value`` or ``--flag=value``), unparsed."""
+    values = [value for name, value in itertools.pairwise(argv) if name == flag]
+    return (values + [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"{flag}=")] or [None])[-1]
+
+
+def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
+    """The record of the run that ``--output_dir <run> --ckpt_path last`` resumes, if it has one."""
+    record = Path(output_dir or "") / RECORD
+    return str(record) if ckpt_path == "last" and output_dir and record.is_file() else None
 
 
 def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) -> Namespace:
@@ -166,7 +217,7 @@ def more_help(parser: ArgumentParser) -> str:
 # end in a ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
 RANGES = {
     "seed": (0, 2**32 - 1),
-    "split_seed": (0, 2**63 - 1),
+    "batch_size": (1, None),  # a flag of its own, given to whichever data module --data names
     "max_epochs": (-1, None),
     "min_epochs": (0, None),
     "max_steps": (-1, None),
@@ -273,9 +324,13 @@ def check_config_file(path: Path, options: set[str]) -> None:
         )
 
 
-def explain(error: ArgumentError) -> str:
+def explain(error: ArgumentError | str) -> str:
     """jsonargparse's message about one option, as a sentence about the flag a user typed."""
     text = " ".join(str(error).split())
+    # jsonargparse before 4.46 appends the raw value it was given, as its own internal type: no help to anyone.
+    text = re.sub(
+        r" Given value type: <class 'jsonargparse\._util\.NestedArg'> Given value: NestedArg\(.*?\)", "", text
+    )
     if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):
         # argparse takes a flag's first letters for the flag; "--devices+" is jsonargparse's append form of --devices.
         options = [option for option in ambiguous[2].split(", ") if not option.endswith("+")]
@@ -285,13 +340,31 @@ def explain(error: ArgumentError) -> str:
     if not match:
         return text.rstrip(".") + "."
     flag, problem = f"--{match[1]}", match[2]
+    # An argument of a class given by class path (--data.val_size, --net.width): jsonargparse's message about it is
+    # nested in the one about the class (as a subclass for --data, as a callable for --net).
+    owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
+    if inner := re.search(owner + r' Parser key "([^"]+)": (.*)', problem):
+        said = re.sub(r" - Expected a <class 'NoneType'>.*| Got value: Namespace\(.*", "", inner[2]).rstrip(".")
+        return explain(f'Parser key "{match[1]}.{inner[1]}": {said}')
+    class_path = re.search(r"class_path '([^']+)'|class_path='([^']+)'", problem)
+    class_path = class_path and (class_path[1] or class_path[2])
+    # "Option 'X' is not accepted" (jsonargparse 4.46 and later), "Key 'X' is not expected" (before).
+    if (option := re.search(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)", problem)) and class_path:
+        return not_an_argument(flag, option[1], class_path)
+    if subclass := re.search(r"Import path does not correspond to a subclass of (\w+).* Given value: (\S+)$", problem):
+        return (
+            f"{flag} {subclass[2]} is not a {subclass[1]}. {flag} takes the class path of a {subclass[1]}"
+            f"{EXAMPLES.get(flag, '')}, with its arguments as {flag}.NAME VALUE."
+        )
+    if unimported := re.search(r"expects a function or a callable class: (.*?)\.? Got value: (\S+)$", problem):
+        problem = f"Problem with given class_path '{unimported[2]}': {unimported[1]}"
     if choices := re.search(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
         valid = ", ".join(choice.strip(" '") for choice in choices[1].split(","))
         return f"{flag} {choices[2]} is not one of the choices: {valid}."
     if class_path := re.search(r"Problem with given class_path '([^']+)': (.*?)(?: - Expected a|$)", problem):
         return (
             f"{flag} {class_path[1]} cannot be built: {class_path[2].rstrip('. ')}. {flag} takes the class path of a "
-            f"class Python can import (e.g. mnist_lightning.model.SimpleNN), and its arguments as {flag}.NAME VALUE."
+            f"class Python can import{EXAMPLES.get(flag, '')}, and its arguments as {flag}.NAME VALUE."
         )
     names = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
     if kind := re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", problem):
@@ -314,6 +387,36 @@ def explain(error: ArgumentError) -> str:
     return f"{flag}: {problem.rstrip('.')}."
 
 
+EXAMPLES = {
+    "--net": " (e.g. mnist_lightning.model.SimpleNN) whose first two arguments are the shape of one sample and the "
+    "number of classes",
+    "--data": f" (e.g. {DATA_MODULE})",
+}
+
+
+def not_an_argument(flag: str, name: str, class_path: str) -> str:
+    """``--net.NAME`` or ``--data.NAME`` that the class does not take as an option: what it does take."""
+    try:
+        module, _, name_in_module = class_path.rpartition(".")
+        parameters = list(
+            inspect.signature(getattr(importlib.import_module(module), name_in_module)).parameters.values()
+        )
+    except Exception:  # not importable or not inspectable here: jsonargparse's own words
+        return f"{flag}.{name} is not an argument of {class_path}."
+    named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    sizes = named[:2] if flag == "--net" else []  # what the data module gives every network
+    if name in sizes:
+        return (
+            f"{flag}.{name} is not an option: the first two arguments of {class_path} ({', '.join(sizes)}) are "
+            "given by the data module (--data). A network of this template takes the shape of one sample and the "
+            f"number of classes first, e.g. MyNet(input_shape, num_classes, width=64); its other arguments are "
+            f"{flag}.NAME VALUE."
+        )
+    options = [f"{flag}.{option}" for option in named if option not in sizes and option != "batch_size"]
+    takes = f"it takes {', '.join(options)}" if options else "it takes no other arguments"
+    return f"{flag}.{name} is not an argument of {class_path}: {takes}."
+
+
 def is_number(text: str) -> bool:
     try:
         float(text)
@@ -322,16 +425,26 @@ def is_number(text: str) -> bool:
     return True
 
 
+def as_flag(key: str) -> str:
+    """A key of the resolved configuration as the flag that sets it: data.init_args.val_size -> --data.val_size."""
+    return "--" + re.sub(r"\.class_path$", "", key.replace(".init_args.", "."))
+
+
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
-    ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path"}
+    # data.init_args.batch_size is --batch_size, linked: a change is listed once, as --batch_size.
+    ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.init_args.batch_size"}
     keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
-    changed = [key for key in keys if key.split(".")[0] not in ignored and config[key] != recorded.get(key)]
+    changed = [
+        key
+        for key in keys
+        if key not in ignored and key.split(".")[0] not in ignored and config[key] != recorded.get(key)
+    ]
     if changed:
-        listed = "; ".join(f"--{key} {recorded.get(key)} -> {config[key]}" for key in changed)
+        listed = "; ".join(f"{as_flag(key)} {recorded.get(key)} -> {config[key]}" for key in changed)
+        may_change = ", ".join(sorted(as_flag(key) for key in RESUMABLE_CHANGES))
         raise UserError(
             f"A resumed run keeps the configuration in its {RECORD}, but these options differ from it: {listed}. "
-            f"Leave them out to resume the run as it was (only {', '.join(sorted(RESUMABLE_CHANGES))} may change), "
-            "or start a new run."
+            f"Leave them out to resume the run as it was (only {may_change} may change), or start a new run."
         )
 
 
@@ -340,8 +453,8 @@ class Training:
     """Everything a training run needs, built: what :func:`mnist_lightning.train.train` takes."""
 
     trainer: Trainer
-    model: MNISTClassifier
-    datamodule: MNISTDataModule
+    model: Classifier
+    datamodule: LightningDataModule
     ckpt_path: str | None
     run_dir: Path
     resuming: bool
@@ -378,9 +491,8 @@ def build_training(config: Namespace) -> Training:
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
-    refuse_too_small_fractions(config)
     trainer = build_trainer(built, run_dir, resume_hint(run_dir), resuming)
-    record_network(model, config)
+    record_classes(model, datamodule, config)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         record = config.clone()
@@ -392,24 +504,68 @@ def build_training(config: Namespace) -> Training:
     return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
 
 
-CLASS_OPTIONS = ("net", "callbacks", "logger", "plugins")  # options that take a class path and its arguments
+NETWORK_RULE = (
+    "a network of this template takes the shape of one sample and the number of classes as its first two arguments "
+    "and gives one score per class for each sample, e.g. MyNet(input_shape, num_classes, width=64)"
+)
+CLASS_OPTIONS = ("net", "data", "callbacks", "logger", "plugins")  # options that take a class path and arguments
+INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"  # how load_from_checkpoint rebuilds a class path
 
 
-def build_model_and_data(config: Namespace) -> tuple[Namespace, MNISTClassifier, MNISTDataModule]:
+def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, LightningDataModule]:
     """``config`` with its classes built (:func:`build_classes`), the model and the data module; their own checks
-    as messages."""
+    as messages. The model is built for the data: its sizes come from the data module."""
     # What a network warns of as it is built (torch: "Initializing zero-element tensors is a no-op") is shown only
     # if the model accepts it: before a refusal it is noise above the message that explains it.
     with warnings.catch_warnings(record=True) as warned:
         built = build_classes(config)
+        sizes = data_sizes(built.data)
+        net, arguments = network_path(config.net), [str(tuple(sizes["input_shape"])), str(sizes["num_classes"])]
+        if isinstance(config.net, Namespace):
+            arguments += [f"{name}={value!r}" for name, value in (config.net.get("init_args") or {}).items()]
+        built_as = f"{net}({', '.join(arguments)})"
         try:
-            datamodule = MNISTDataModule(**arguments_of(MNISTDataModule, built))
-            model = MNISTClassifier(**arguments_of(MNISTClassifier, built))
-        except ValueError as error:
-            raise UserError(f"{error}.") from error
+            model = Classifier(**arguments_of(Classifier, built), **sizes)
+        except Exception as error:
+            if isinstance(error, ValueError) and raised_by(error, Classifier):
+                # The model's own checks, in its terms; that of the network (it cannot take the samples, or gives
+                # other than one score per class) says what it got, and the rule it broke is named too.
+                network = str(error).startswith("the network")
+                raise UserError(f"{error}." + f" --net was built as {built_as}: {NETWORK_RULE}." * network) from error
+            # Raised by the network's class: its own arguments, or first arguments that are not the data's sizes.
+            raise UserError(
+                f"--net {net} could not be built for the data ({sizes['num_classes']} classes, "
+                f"samples of shape {tuple(sizes['input_shape'])}) as {built_as}: {first_line(error)}. Check its "
+                f"arguments (--net.NAME VALUE); {NETWORK_RULE}."
+            ) from error
     for warning in warned:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return built, model, datamodule
+    return built, model, built.data
+
+
+def raised_by(error: BaseException, cls: type) -> bool:
+    """Whether ``error`` was raised in the module of ``cls`` (not in code it called, such as a network's class)."""
+    return traceback.extract_tb(error.__traceback__)[-1].filename == inspect.getsourcefile(cls)
+
+
+def network_path(net: Any) -> str:
+    """What --net was given: a class path (with its arguments), or the import path of a function that builds it."""
+    if isinstance(net, Namespace):
+        return net.class_path
+    return f"{net.__module__}.{net.__qualname__}" if hasattr(net, "__qualname__") else str(net)
+
+
+def data_sizes(datamodule: LightningDataModule) -> dict[str, Any]:
+    """What the data module says the model is built for: the shape of one sample and the number of classes."""
+    shape, classes = getattr(datamodule, "input_shape", None), getattr(datamodule, "num_classes", None)
+    valid_shape = isinstance(shape, tuple | list) and shape and all(isinstance(n, int) and n > 0 for n in shape)
+    if not (valid_shape and isinstance(classes, int) and not isinstance(classes, bool) and classes >= 2):
+        raise UserError(
+            f"The data module {type(datamodule).__name__} must say what the model is built for: num_classes (an int, "
+            "2 or more) and input_shape (the shape of one sample, a tuple of positive ints, e.g. (3, 32, 32)), as "
+            f"attributes set by its __init__. It has num_classes={classes!r}, input_shape={shape!r}."
+        )
+    return {"input_shape": list(shape), "num_classes": classes}
 
 
 def start_weights(config: Namespace) -> str | None:
@@ -422,7 +578,7 @@ def start_weights(config: Namespace) -> str | None:
 
 
 def build_classes(config: Namespace) -> Namespace:
-    """``config`` with --net, --callbacks, --logger and --plugins given by class path built into objects."""
+    """``config`` with --net, --data, --callbacks, --logger and --plugins given by class path built into objects."""
     try:
         return build_parser().instantiate_classes(config)
     except Exception as error:  # whatever a user's class raises from its __init__
@@ -454,39 +610,25 @@ def refuse_empty_training(config: Namespace) -> None:
         )
 
 
-def refuse_too_small_fractions(config: Namespace) -> None:
-    """A --limit_train_batches or --limit_val_batches fraction that leaves less than one batch, said before
-    Lightning's banners (Lightning says it too, but only once the loaders exist). Checked for a plain count of
-    devices; any other --devices value is left to Lightning."""
-    if not str(config.devices).isdigit() or int(config.devices) < 1:
-        return
-    processes = int(config.devices) * config.num_nodes
-    train_size = training_set_size(config.data_dir, config.dataset)
-    for name, size in (("limit_train_batches", train_size - config.val_size), ("limit_val_batches", config.val_size)):
-        fraction = config[name]
-        batches = math.ceil(math.ceil(size / processes) / config.batch_size)
-        if isinstance(fraction, float) and 0 < fraction < 1 and int(batches * fraction) == 0:
-            raise UserError(
-                f"--{name} {fraction} leaves no batch: {fraction} of {batches} batches is less than one. Use at "
-                f"least {math.ceil(1000 / batches) / 1000:g}, or a number of batches (a whole number)."
-            )
-
-
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
     """The entries of ``config`` that ``cls`` takes as constructor arguments."""
     names = inspect.signature(cls.__init__).parameters
     return {name: config[name] for name in names if name in config}
 
 
-def record_network(model: MNISTClassifier, config: Namespace) -> None:
-    """Keep the model's settings, the network's class path included, as its hyperparameters, the way LightningCLI
-    does: a checkpoint then rebuilds any ``--net`` through ``MNISTClassifier.load_from_checkpoint`` and Lightning's
-    own ``instantiate_module``, with no pickled code in the file."""
+def record_classes(model: Classifier, datamodule: LightningDataModule, config: Namespace) -> None:
+    """Keep the model's and the data module's settings, class paths included, as their hyperparameters, the way
+    LightningCLI does: a checkpoint then rebuilds any ``--net`` and ``--data`` through ``load_from_checkpoint``
+    and Lightning's own ``instantiate_module``, with no pickled code in the file."""
     settings = config.as_dict()
-    hparams = {
-        name: settings[name] for name in inspect.signature(MNISTClassifier.__init__).parameters if name in settings
-    }
-    model.save_hyperparameters({**hparams, "_instantiator": "lightning.pytorch.cli.instantiate_module"})
+    chosen = {name: settings[name] for name in inspect.signature(Classifier.__init__).parameters if name in settings}
+    if not isinstance(chosen.get("net"), dict):  # a function that builds the network: kept as its import path
+        chosen["net"] = network_path(config.net)
+    model.save_hyperparameters({**model.hparams, **chosen, "_instantiator": INSTANTIATOR})
+    data = settings["data"]
+    datamodule.save_hyperparameters(
+        {**(data.get("init_args") or {}), "_class_path": data["class_path"], "_instantiator": INSTANTIATOR}
+    )
 
 
 def choose_run_dir(config: Namespace) -> tuple[Path, bool]:

@@ -35,6 +35,7 @@ DEVICE_FOR_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "m
 # Flags every rung takes under the same name and meaning; None means "the rung's own default".
 SHARED = ("data_dir", "dataset", "batch_size", "max_epochs", "val_size", "optimizer", "lr", "momentum")
 SHARED += ("weight_decay", "lr_schedule", "pipeline", "num_workers", "seed", "float32_matmul_precision")
+DATA_FLAGS = ("data_dir", "dataset", "val_size", "pipeline", "num_workers")  # MNISTDataModule's arguments
 LOSSES = ("train/loss", "val/loss")
 # With --compile, each rung compiles its own code: PyTorch's on-disk compilation caches can hand a process code
 # that earlier runs compiled, and the compiled rungs' results then depend on what those runs were (see README).
@@ -70,7 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def rung_flags(args: argparse.Namespace, rung: str) -> list[str]:
     """The command line of one rung: the shared flags, then its own way of naming the device."""
-    flags = [f"--{name}={getattr(args, name)}" for name in SHARED if getattr(args, name) is not None]
+    # train.py takes the data module's own arguments as --data.NAME; the other rungs, as plain flags.
+    data = "data." if rung == "trainer" else ""
+    flags = [
+        f"--{data if name in DATA_FLAGS else ''}{name}={getattr(args, name)}"
+        for name in SHARED
+        if getattr(args, name) is not None
+    ]
     flags += [f"--deterministic={str(args.deterministic).lower()}", f"--compile={str(args.compile).lower()}"]
     if rung == "plain":
         return [*flags, "--device", DEVICE_FOR_ACCELERATOR[args.accelerator]]
@@ -97,7 +104,7 @@ def last_checkpoint(rung: str, output_dir: Path) -> Path:
 
 
 def final_weights(rung: str, path: str | Path) -> dict:
-    """The network's weights at the end of training, named as in ``SimpleNN().state_dict()``."""
+    """The network's weights at the end of training, named as in ``SimpleNN((1, 28, 28), 10).state_dict()``."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if rung == "trainer":  # a Lightning checkpoint: the LightningModule's state, the network under "net."
         return {key.removeprefix("net."): value for key, value in checkpoint["state_dict"].items() if key[:4] == "net."}

@@ -24,6 +24,7 @@ from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 from torchvision.datasets.utils import check_integrity
 
 log = logging.getLogger(__name__)
+DATA_DIR_FLAGS = "(--data.data_dir; --data_dir on the plain and Fabric scripts)"  # the rungs' names for it
 DatasetName = Literal["mnist", "fashion_mnist", "kmnist"]
 
 
@@ -108,7 +109,9 @@ def download(data_dir: str | Path, dataset: DatasetName = "mnist") -> None:
                     raise DataError(
                         f"{extracted.resolve()} is not the decompression of {archive.name} beside it (which is "
                         f"intact), and {folder.resolve()} is read-only, so it cannot be extracted again. Delete it, "
-                        "or copy the folder to a writable place and pass that as --data_dir."
+                        "or copy the folder to a writable place and pass that as the data folder "
+                        + DATA_DIR_FLAGS
+                        + "."
                     )
                 extract(archive, extracted)
                 log.warning(f"{extracted} did not match its verified archive {archive.name}: extracted it again.")
@@ -133,7 +136,8 @@ def download(data_dir: str | Path, dataset: DatasetName = "mnist") -> None:
         raise DataError(
             f"{folder.resolve()} holds the archives but not the extracted files, and it is read-only, so they cannot "
             f"be extracted there. Copy {folder.parent.parent.resolve()} to a writable place and pass that folder "
-            "as --data_dir (the first run extracts the files; later runs can then use a read-only copy)."
+            f"as the data folder {DATA_DIR_FLAGS} (the first run extracts the files; later runs can then use a "
+            "read-only copy)."
         )
     check_idx_files(folder)  # torchvision parses what is there as soon as it is asked for the dataset
     new_folders = [path for path in (folder, folder.parent, Path(data_dir)) if not path.exists()]
@@ -147,7 +151,7 @@ def download(data_dir: str | Path, dataset: DatasetName = "mnist") -> None:
         names = ", ".join(filename for filename, _md5 in cls.resources)
         raise DataError(
             f"{cls.__name__} could not be found or downloaded into {folder.resolve()}. Without a network, put the "
-            f"four original files ({names}) in that folder, or pass --data_dir pointing at a folder that holds "
+            f"four original files ({names}) in that folder, or pass as the data folder {DATA_DIR_FLAGS} one that holds "
             f"{cls.__name__}/raw/ with them. What went wrong: {download_problem(error)}."
         ) from error
     check_idx_files(folder)  # the files it has just extracted

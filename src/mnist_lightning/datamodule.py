@@ -2,6 +2,7 @@
 model-ready batches: float ``[B, 1, 28, 28]``, normalized, with int64 labels."""
 
 import os
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -9,6 +10,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Subset
 from torchvision import transforms
 
+from . import preprocessing
 from .data import (
     DATASETS,
     DataError,
@@ -21,6 +23,7 @@ from .data import (
     split_indices,
     training_set_size,
 )
+from .digit_files import read_digits, readable
 
 
 class MNISTDataModule(LightningDataModule):
@@ -37,6 +40,10 @@ class MNISTDataModule(LightningDataModule):
             (see benchmarks/), for per-image augmentation added in ``per_sample_transform``.
         num_workers: DataLoader worker processes; used by the ``per_sample`` pipeline only.
     """
+
+    # What the model is built for (every data module of this project says both): one grey 28x28 image, 10 classes.
+    input_shape = (1, 28, 28)
+    num_classes = 10
 
     def __init__(
         self,
@@ -106,6 +113,28 @@ class MNISTDataModule(LightningDataModule):
 
     def predict_dataloader(self):
         return self._batches("test", shuffle=False)
+
+    def read_file(self, path: Path) -> torch.Tensor:
+        """Model inputs from a file given to predict.py: a picture of a digit, or an IDX file of many."""
+        return read_digits(path, self.mean, self.std)
+
+    def can_read(self, path: Path) -> bool:
+        """Which files of a folder given to predict.py are read: pictures and IDX files."""
+        return readable(path)
+
+    def preprocessing(self) -> dict:
+        """How to make the model's input from a picture, for export's preprocessing.json."""
+        return {
+            "normalize": {"mean": self.mean, "std": self.std, "formula": "(uint8 / 255 - mean) / std"},
+            "from_mnist_digit": "A digit already in MNIST's form (uint8 [28, 28], light ink on black, as in the IDX "
+            "files) needs only the normalize step.",
+            "from_picture": {
+                "reference": "mnist_lightning.preprocessing.to_model_input (numpy, Pillow and torch; the file depends "
+                "on nothing else in this project and can be copied on its own)",
+                "no_ink": "A picture with no ink (blank, one colour, only noise) has no digit: report it as blank.",
+                "steps": preprocessing.STEPS,
+            },
+        }
 
     def per_sample_transform(self) -> transforms.Compose:
         """The per-image transform of the ``per_sample`` pipeline; add augmentation here."""

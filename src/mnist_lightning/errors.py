@@ -26,6 +26,10 @@ class UserError(Exception):
         self.exit_code = exit_code
 
 
+class NothingToPredict(ValueError):
+    """A file given to predict.py holds no input (a blank picture, say): reported as blank, not as an error."""
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, with a bad command line reported as a UserError: one paragraph, no usage dump."""
 

@@ -4,22 +4,24 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from jsonargparse import ArgumentParser, Namespace
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningDataModule, Trainer
 
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
-from .datamodule import MNISTDataModule
 from .devices import check_accelerator
-from .errors import UserError, run_main
-from .lightning_module import MNISTClassifier
+from .errors import run_main
+from .lightning_module import Classifier
 from .records import new_run_dir, run_metrics, write_json
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
-    parser.add_argument("--data_dir", type=str | None, default=None, help="Default: the one the model trained on.")
+    parser.add_argument(
+        "--data", type=dict, default={}, help="The data module's arguments to change, e.g. --data.data_dir other/."
+    )
     parser.add_argument("--batch_size", type=int | None, default=None, help="Default: the training batch size.")
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1)
@@ -28,7 +30,7 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def evaluate(trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModule, epochs: int) -> dict:
+def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
     """Test ``model`` on ``datamodule``'s test set and return (and write) the metrics of a run's record."""
     start = time.perf_counter()
     (results,) = trainer.test(model, datamodule=datamodule, verbose=False)
@@ -49,13 +51,14 @@ def evaluate(trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModu
     return metrics
 
 
-def build(config: Namespace) -> tuple[Trainer, MNISTClassifier, MNISTDataModule, int]:
+def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, int]:
     check_accelerator(config.accelerator, config.devices)
-    overrides = {key: config[key] for key in ("data_dir", "batch_size") if config[key] is not None}
-    try:
-        checkpoint = load_checkpoint(config.ckpt_path, **overrides)
-    except ValueError as error:  # the data module's own check of --data_dir or --batch_size
-        raise UserError(f"{error}.") from error
+    # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
+    overrides = {
+        name: yaml.safe_load(value) if isinstance(value, str) else value for name, value in config.data.items()
+    }
+    overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
+    checkpoint = load_checkpoint(config.ckpt_path, **overrides)
     checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     trainer = Trainer(
         accelerator=config.accelerator,

@@ -1,9 +1,9 @@
-"""Export the trained SimpleNN for serving without Lightning: torch.export (.pt2) and, with the onnx extra, ONNX.
+"""Export the trained network for serving without Lightning: torch.export (.pt2) and, with the onnx extra, ONNX.
 
-Both take normalized images, float32 [batch, 1, 28, 28], with any batch size, and return the 10 class scores
-(the ONNX output is named ``logits``). ``preprocessing.json`` beside them says how to make those images from
-a picture, step by step (``preprocessing.STEPS``, with the training data's mean and std), and from an MNIST
-digit (uint8 [28, 28], light ink on black: the normalization alone).
+Both take a batch of model inputs (float32 ``[batch, *input_shape]``, any batch size, as the data module makes
+them) and return one score per class (the ONNX output is named ``logits``). ``preprocessing.json`` beside them
+says what the inputs and outputs are and, where the data module says it (the MNIST one does, for pictures),
+how to make the inputs from raw data, step by step.
 """
 
 import importlib.util
@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
-from . import preprocessing
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .errors import UserError, run_main
@@ -32,21 +31,13 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def preprocessing_spec(mean: float, std: float) -> dict:
-    """What preprocessing.json holds: the model's input, and every step from a picture to it, in order."""
-    return {
-        "input": {"name": "images", "dtype": "float32", "shape": ["batch", 1, 28, 28]},
-        "output": {"name": "logits", "dtype": "float32", "shape": ["batch", 10], "meaning": "class scores, 0-9"},
-        "normalize": {"mean": mean, "std": std, "formula": "(uint8 / 255 - mean) / std"},
-        "from_mnist_digit": "A digit already in MNIST's form (uint8 [28, 28], light ink on black, as in the IDX "
-        "files) needs only the normalize step.",
-        "from_picture": {
-            "reference": "mnist_lightning.preprocessing.to_model_input (numpy, Pillow and torch; the file depends on "
-            "nothing else in this project and can be copied on its own)",
-            "no_ink": "A picture with no ink (blank, one colour, only noise) has no digit: report it as blank.",
-            "steps": preprocessing.STEPS,
-        },
+def preprocessing_spec(input_shape: list[int], num_classes: int, datamodule) -> dict:
+    """What preprocessing.json holds: the model's input and output, and the data module's own recipe for inputs."""
+    spec = {
+        "input": {"name": "images", "dtype": "float32", "shape": ["batch", *input_shape]},
+        "output": {"name": "logits", "dtype": "float32", "shape": ["batch", num_classes], "meaning": "class scores"},
     }
+    return spec | (datamodule.preprocessing() if hasattr(datamodule, "preprocessing") else {})
 
 
 def export(config: Namespace) -> dict[str, Path]:
@@ -61,8 +52,9 @@ def export(config: Namespace) -> dict[str, Path]:
     net = checkpoint.model.net.eval()  # the plain nn.Module; Lightning stays behind
     output_dir.mkdir(parents=True, exist_ok=True)
     earlier = {path for path in output_dir.iterdir() if path.name in ("model.pt2", "model.onnx", "preprocessing.json")}
-    example = (torch.zeros(2, 1, 28, 28),)
-    dynamic = {"images": {0: torch.export.Dim("batch")}}
+    hparams = checkpoint.model.hparams
+    example = (torch.zeros(2, *hparams.input_shape),)
+    dynamic = ({0: torch.export.Dim("batch")},)  # by position: a network's forward may name its input anything
     paths = {}
     if "pt2" in config.formats:
         paths["pt2"] = output_dir / "model.pt2"
@@ -72,9 +64,10 @@ def export(config: Namespace) -> dict[str, Path]:
         # verbose=False: without it torch prints each step of the conversion; the command reports what it wrote.
         options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False, "verbose": False}
         torch.onnx.export(net, example, paths["onnx"], dynamo=True, dynamic_shapes=dynamic, **options)
-    data = checkpoint.datamodule
     paths["preprocessing"] = output_dir / "preprocessing.json"
-    write_json(paths["preprocessing"], preprocessing_spec(data.mean, data.std))
+    write_json(
+        paths["preprocessing"], preprocessing_spec(hparams.input_shape, hparams.num_classes, checkpoint.datamodule)
+    )
     for name, path in paths.items():
         print(f"{name}: {path}" + (" (replaced the earlier one)" if path in earlier else ""))
     return paths

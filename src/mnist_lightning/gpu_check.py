@@ -77,14 +77,16 @@ class Check:
     def module(self, name: str, *flags: str) -> list[str]:
         return [sys.executable, "-m", f"mnist_lightning.{name}", *flags]
 
-    def data_flags(self) -> list[str]:
-        flags = ["--data_dir", self.args.data_dir, "--max_epochs", str(self.args.max_epochs)]
-        for name in ("batch_size", "val_size"):
-            flags += [f"--{name}", str(getattr(self.args, name))] if getattr(self.args, name) is not None else []
+    def data_flags(self, trainer: bool = False) -> list[str]:
+        """The data flags of the plain and Fabric rungs and compare.py, or (``trainer``) of train.py."""
+        data = "--data." if trainer else "--"
+        flags = [f"{data}data_dir", self.args.data_dir, "--max_epochs", str(self.args.max_epochs)]
+        flags += ["--batch_size", str(self.args.batch_size)] if self.args.batch_size is not None else []
+        flags += [f"{data}val_size", str(self.args.val_size)] if self.args.val_size is not None else []
         return flags
 
-    def training_flags(self, run: str) -> list[str]:
-        return [*self.data_flags(), "--output_dir", str(self.work / run)]
+    def training_flags(self, run: str, trainer: bool = False) -> list[str]:
+        return [*self.data_flags(trainer), "--output_dir", str(self.work / run)]
 
     def trained(self, run: str, precision: str | None = None):
         """A check of a training run's metrics.json: on the right device, in the right precision, trained."""
@@ -179,7 +181,8 @@ def gpu_check(args: argparse.Namespace) -> dict:
                 check.skip(name, reason)
                 continue
             run = f"train_{precision}"
-            flags = [*check.training_flags(run), "--accelerator", acc, "--devices", "1", "--precision", precision]
+            flags = [*check.training_flags(run, trainer=True), "--accelerator", acc, "--devices", "1"]
+            flags += ["--precision", precision]
             check.run(
                 name, check.module("train", *flags, "--enable_progress_bar", "false"), check.trained(run, precision)
             )

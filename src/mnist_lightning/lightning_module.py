@@ -1,5 +1,10 @@
-"""MNISTClassifier: the LightningModule around any 10-class image network (loss, metrics, optimizer; no device
-code)."""
+"""Classifier: the LightningModule around any classification network (loss, metrics, optimizer; no device code).
+
+It knows nothing of the data: the data module gives the shape of one sample and the number of classes, and the
+network is built with them.
+"""
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -11,16 +16,18 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, OptimizerName, ScheduleName, build_optimizer, build_schedule
 
-IMAGE_SHAPE = (1, 28, 28)  # channels, height, width of MNIST, Fashion-MNIST and KMNIST images
-NUM_CLASSES = 10
+# A network class (or any callable) taking the shape of one sample and the number of classes first.
+NetworkFactory = Callable[[tuple[int, ...], int], nn.Module]
 
 
-class MNISTClassifier(LightningModule):
-    """Train ``net`` with cross-entropy; report loss and accuracy per stage.
+class Classifier(LightningModule):
+    """Train a network with cross-entropy; report loss and accuracy per stage.
 
     Args:
-        net: The network: any ``nn.Module`` from images ``[B, 1, 28, 28]`` to 10 class scores. ``None`` means
-            ``SimpleNN()``. On the command line: ``--net SimpleNN`` or ``--net my_package.MyCNN``.
+        input_shape: The shape of one sample, e.g. ``(1, 28, 28)``; given by the data module.
+        num_classes: The number of classes; given by the data module.
+        net: The network, built as ``net(input_shape, num_classes)``: a class whose first two arguments are those,
+            like ``SimpleNN``. On the command line: ``--net SimpleNN`` or ``--net my_package.MyCNN --net.width 32``.
         optimizer: ``adam``, or ``sgd`` with momentum.
         lr: Peak learning rate.
         momentum: Momentum of SGD; ignored by Adam.
@@ -33,7 +40,9 @@ class MNISTClassifier(LightningModule):
 
     def __init__(
         self,
-        net: nn.Module | None = None,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        net: NetworkFactory = SimpleNN,
         optimizer: OptimizerName = "adam",
         lr: float = 0.02,
         momentum: float = 0.9,
@@ -47,13 +56,18 @@ class MNISTClassifier(LightningModule):
         for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
             if not value >= 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value}")
-        # The network is saved with the weights; its class path is recorded by the command line (see cli.py).
+        if num_classes < 2 or not input_shape or min(input_shape) < 1:
+            raise ValueError(
+                f"the data must have 2 classes or more and samples of a positive shape, got "
+                f"{num_classes} classes of shape {tuple(input_shape)}"
+            )
+        # The network's class path and arguments are recorded by the command line (see cli.py).
         self.save_hyperparameters(ignore=["net"])
-        self.net = net if net is not None else SimpleNN()
-        # Two blank images: Lightning's model summary shows the network's input and output sizes from it, and a
-        # network that cannot map them to 10 scores each is refused now rather than at the first batch.
-        self.example_input_array = torch.zeros(2, *IMAGE_SHAPE)
-        check_network(self.net, self.example_input_array)
+        self.net = net(tuple(input_shape), num_classes)
+        # Two blank samples: Lightning's model summary shows the network's input and output sizes from it, and a
+        # network that cannot map them to one score per class is refused now rather than at the first batch.
+        self.example_input_array = torch.zeros(2, *input_shape)
+        check_network(self.net, self.example_input_array, num_classes)
         # One metric object per stage: a metric accumulates state, and sharing one would mix the stages.
         # Means of per-sample losses, NaN kept: a diverged run must show as one, not have its NaNs dropped.
         self.train_loss = MeanMetric(nan_strategy="disable")
@@ -61,9 +75,9 @@ class MNISTClassifier(LightningModule):
         self.train_loss.persistent(True)
         self.val_loss = MeanMetric(nan_strategy="disable")
         self.test_loss = MeanMetric(nan_strategy="disable")
-        self.val_acc = MulticlassAccuracy(num_classes=NUM_CLASSES, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=NUM_CLASSES, average="micro")
-        self.test_confusion = MulticlassConfusionMatrix(num_classes=NUM_CLASSES)
+        self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.test_confusion = MulticlassConfusionMatrix(num_classes=num_classes)
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
 
     def configure_model(self) -> None:
@@ -78,12 +92,12 @@ class MNISTClassifier(LightningModule):
         # (Lightning does not call this hook when it resumes in the middle of an epoch).
         self.train_loss.reset()
 
-    def forward(self, images: Tensor) -> Tensor:
-        return self.net(images)
+    def forward(self, samples: Tensor) -> Tensor:
+        return self.net(samples)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        images, labels = batch
-        losses = F.cross_entropy(self(images), labels, reduction="none")
+        samples, labels = batch
+        losses = F.cross_entropy(self(samples), labels, reduction="none")
         self.train_loss.update(losses.detach())  # per sample, so a short last batch counts for its size
         # Logged once per epoch, at its last batch: a self.log call costs more than a small network's whole step.
         # Not in on_train_epoch_end: Lightning runs the callbacks' epoch-end hooks (progress bar, history) first.
@@ -102,13 +116,15 @@ class MNISTClassifier(LightningModule):
         self.test_confusion_matrix = self.test_confusion.compute()  # summed over DDP ranks
         self.test_confusion.reset()
 
-    def predict_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        """Class probabilities [batch, 10] for the images in ``batch[0]``."""
-        return self(batch[0]).softmax(dim=-1)
+    def predict_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        """Class probabilities [batch, classes] for the samples in ``batch`` (or ``batch[0]``: labels are unused)."""
+        if isinstance(batch, list | tuple):
+            batch = batch[0]
+        return self(batch).softmax(dim=-1)
 
     def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str, loss: MeanMetric, accuracy: MulticlassAccuracy):
-        images, labels = batch
-        logits = self(images)
+        samples, labels = batch
+        logits = self(samples)
         loss.update(F.cross_entropy(logits, labels, reduction="none"))
         accuracy.update(logits, labels)
         # Metric objects: Lightning computes them once at the end of the epoch, synced over DDP ranks.
@@ -123,24 +139,24 @@ class MNISTClassifier(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
-def check_network(net: nn.Module, images: Tensor) -> None:
-    """Raise a ValueError, in the network's terms, unless ``net`` maps ``images`` to one score per class each."""
+def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
+    """Raise a ValueError, in the network's terms, unless ``net`` maps ``samples`` to one score per class each."""
     training = net.training
     net.eval()  # no batch-norm statistics updated, no dropout drawn from the random generator
     try:
         with torch.no_grad():
-            scores = net(images)
+            scores = net(samples)
     except Exception as error:
         raise ValueError(
-            f"the network {type(net).__name__} cannot take a batch of images of shape {list(images.shape)}: "
+            f"the network {type(net).__name__} cannot take a batch of samples of shape {list(samples.shape)}: "
             f"{str(error).strip() or type(error).__name__}"
         ) from error
     finally:
         net.train(training)
-    expected = [len(images), NUM_CLASSES]
+    expected = [len(samples), num_classes]
     if not isinstance(scores, Tensor) or list(scores.shape) != expected:
         got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
         raise ValueError(
-            f"the network {type(net).__name__} maps a batch of images of shape {list(images.shape)} to {got}; "
-            f"it must give {expected}, one score per class for each image"
+            f"the network {type(net).__name__} maps a batch of samples of shape {list(samples.shape)} to {got}; "
+            f"it must give {expected}, one score per class for each sample"
         )

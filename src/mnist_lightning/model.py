@@ -1,5 +1,7 @@
 """SimpleNN: the network itself, a plain ``nn.Module`` that knows nothing about Lightning or devices."""
 
+import math
+
 from torch import Tensor, nn
 
 # The same setting, applied the same way, on every rung (torch.set_float32_matmul_precision), so that they stay
@@ -11,12 +13,16 @@ MATMUL_HELP = (
 
 
 class SimpleNN(nn.Module):
-    """Flatten a 28x28 image and map it to 10 class scores with one linear layer."""
+    """Flatten each sample and map it to one score per class with one linear layer.
 
-    def __init__(self, in_features: int = 28 * 28, num_classes: int = 10) -> None:
+    Every network of this project takes the shape of one sample and the number of classes first: the data
+    module knows both (``input_shape``, ``num_classes``), and the model builds the network with them.
+    """
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
         self.flatten = nn.Flatten()
-        self.linear = nn.Linear(in_features, num_classes)
+        self.linear = nn.Linear(math.prod(input_shape), num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.linear(self.flatten(images))

@@ -175,7 +175,7 @@ def train(args: argparse.Namespace) -> dict:
     output_dir = new_run_dir(args.output_dir)  # DEVICE: under DDP, each process would choose its own
     seed_everything(args.seed, args.deterministic)
     torch.set_float32_matmul_precision(args.float32_matmul_precision)  # as on every rung
-    model = SimpleNN()  # built right after seeding: the same initial weights on every rung
+    model = SimpleNN((1, 28, 28), 10)  # built right after seeding: the same initial weights on every rung
     model.to(device)  # DEVICE: unlike a tensor's .to(), a module's .to() moves it in place
     download(args.data_dir, args.dataset)
     start = time.perf_counter()

@@ -29,30 +29,12 @@ def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) 
     plt.close(figure)
 
     if confusion is not None:
-        counts = confusion.cpu().numpy()
-        figure, axes = plt.subplots(figsize=(6.5, 5.5), layout="constrained")
-        image = axes.imshow(counts, cmap="Blues")
-        figure.colorbar(image, ax=axes, label="test images")
-        for true in range(10):
-            for predicted in range(10):
-                dark = counts[true, predicted] > counts.max() / 2
-                axes.text(
-                    predicted,
-                    true,
-                    int(counts[true, predicted]),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if dark else "black",
-                )
-        accuracy = 100 * counts.trace() / counts.sum()
-        axes.set(
-            title=f"Test confusion matrix ({accuracy:.2f} % correct)",
-            xlabel="predicted digit",
-            ylabel="true digit",
-            xticks=range(10),
-            yticks=range(10),
-        )
+        # torchmetrics draws its own metric: counts in every cell, any number of classes.
+        from torchmetrics.classification import MulticlassConfusionMatrix
+
+        figure, axes = MulticlassConfusionMatrix(num_classes=len(confusion)).plot(val=confusion.cpu())
+        accuracy = 100 * float(confusion.trace() / confusion.sum())
+        axes.set_title(f"Test confusion matrix ({accuracy:.2f} % correct)")
         paths.append(output_dir / "confusion_matrix.png")
         figure.savefig(paths[-1], dpi=120)
         plt.close(figure)

@@ -12,15 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import Timer
 
 from .callbacks import EpochHistory
 from .checkpoints import LastCheckpoint
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
-from .datamodule import MNISTDataModule
 from .errors import run_main
-from .lightning_module import MNISTClassifier
+from .lightning_module import Classifier
 from .records import run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
@@ -32,7 +31,7 @@ class NothingTrainedError(Exception):
 
 
 def train(
-    trainer: Trainer, model: MNISTClassifier, datamodule: MNISTDataModule, ckpt_path: str | None = None
+    trainer: Trainer, model: Classifier, datamodule: LightningDataModule, ckpt_path: str | None = None
 ) -> dict[str, Any]:
     """Fit (resuming from ``ckpt_path`` if given), test the best checkpoint, and return the run's metrics,
     written to ``metrics.json`` in the Trainer's ``default_root_dir``."""

@@ -202,7 +202,7 @@ def train(args: argparse.Namespace) -> dict:
     fabric.launch()  # FABRIC: starts the other processes of a multi-device run (each runs this script)
     seed_everything(args.seed, args.deterministic)
     torch.set_float32_matmul_precision(args.float32_matmul_precision)  # as on every rung
-    model = SimpleNN()  # built right after seeding: the same initial weights on every rung
+    model = SimpleNN((1, 28, 28), 10)  # built right after seeding: the same initial weights on every rung
     download(args.data_dir, args.dataset)
     start = time.perf_counter()
     loaders = build_loaders(args, fabric)  # FABRIC:

@@ -48,7 +48,7 @@ def lightning_notes_ignored() -> Iterator[None]:
     with warnings.catch_warnings():
         # A resumed run's checkpoints/ holds its own earlier checkpoints by design.
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-        # About step-level logs, of which MNISTClassifier has none (its metrics are per epoch; the learning rate is
+        # About step-level logs, of which Classifier has none (its metrics are per epoch; the learning rate is
         # logged every log_every_n_steps), and about the summary's size estimate under bf16: not the user's concern.
         warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")

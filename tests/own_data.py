@@ -1,0 +1,152 @@
+"""A user's own data modules and networks, in a file of their own: what ``--data own_data.Points`` and
+``--net own_data.TinyCNN`` load with no file of the project changed (tests/test_own_data.py runs them).
+
+A data module of this template takes ``batch_size`` and says what the model is built for: ``num_classes`` (an
+int) and ``input_shape`` (the shape of one sample). A network takes those two first, then its own options.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def split(samples: Tensor, labels: Tensor) -> dict[str, TensorDataset]:
+    """60 % train, 20 % validation, 20 % test."""
+    train, val = int(0.6 * len(labels)), int(0.8 * len(labels))
+    return {
+        "train": TensorDataset(samples[:train], labels[:train]),
+        "val": TensorDataset(samples[train:val], labels[train:val]),
+        "test": TensorDataset(samples[val:], labels[val:]),
+    }
+
+
+class Points(LightningDataModule):
+    """2-D points around three well separated centres, one class each, generated with a fixed seed. The predict
+    set is the first ``samples // 10`` points of the test set, without their labels."""
+
+    num_classes = 3
+    input_shape = (2,)
+    centres = torch.tensor([[-3.0, 0.0], [3.0, 0.0], [0.0, 4.0]])
+
+    def __init__(self, batch_size: int = 32, samples: int = 600) -> None:
+        super().__init__()
+        if samples < 30:
+            raise ValueError(f"samples must be at least 30, got {samples}")
+        self.batch_size = batch_size
+        generator = torch.Generator().manual_seed(0)
+        labels = torch.randint(0, self.num_classes, (samples,), generator=generator)
+        points = self.centres[labels] + 0.7 * torch.randn(samples, 2, generator=generator)
+        self.sets = split(points, labels)
+        self.sets["predict"] = TensorDataset(self.sets["test"].tensors[0][: samples // 10])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["train"], batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["val"], batch_size=self.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["test"], batch_size=self.batch_size)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["predict"], batch_size=self.batch_size)
+
+
+def colour_images(labels: Tensor, generator: torch.Generator) -> Tensor:
+    """Noisy 3x32x32 images: class 0 red, 1 green, 2 blue, 3 white stripes on black."""
+    images = 0.3 * torch.rand(len(labels), 3, 32, 32, generator=generator)
+    for i, label in enumerate(labels.tolist()):
+        if label < 3:
+            images[i, label] += 0.6
+        else:
+            images[i, :, ::4] += 0.6
+    return images
+
+
+class TinyImages(LightningDataModule):
+    """Small colour images of 4 classes, made in ``setup`` with a fixed seed; the predict set is the first 24 test
+    images. predict.py also reads saved ones: a .pt or .npy file of [n, 3, 32, 32] or of one [3, 32, 32] image."""
+
+    num_classes = 4
+    input_shape = (3, 32, 32)
+
+    def __init__(self, batch_size: int = 32, samples: int = 400) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.sets: dict[str, TensorDataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.sets:
+            return
+        generator = torch.Generator().manual_seed(0)
+        labels = torch.randint(0, self.num_classes, (self.hparams.samples,), generator=generator)
+        self.sets = split(colour_images(labels, generator), labels)
+        self.sets["predict"] = TensorDataset(self.sets["test"].tensors[0][:24])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["train"], batch_size=self.hparams.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["val"], batch_size=self.hparams.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["test"], batch_size=self.hparams.batch_size)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["predict"], batch_size=self.hparams.batch_size)
+
+    def can_read(self, path: Path) -> bool:
+        return Path(path).suffix in (".pt", ".npy")
+
+    def read_file(self, path: Path) -> Tensor:
+        """The images a .pt or .npy file holds, as model inputs [n, 3, 32, 32]."""
+        path = Path(path)
+        images = torch.from_numpy(np.load(path)) if path.suffix == ".npy" else torch.load(path, weights_only=True)
+        images = images.float()
+        if images.ndim == 3:  # one image
+            images = images.unsqueeze(0)
+        if tuple(images.shape[1:]) != self.input_shape:
+            raise ValueError(f"expected images of shape {self.input_shape}, got {tuple(images.shape)}")
+        return images
+
+
+class TinyCNN(nn.Module):
+    """One convolution, pooling, one linear layer: sized by the data module's input_shape and num_classes."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 8) -> None:
+        super().__init__()
+        channels, rows, columns = input_shape
+        self.features = nn.Sequential(nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4))
+        self.classifier = nn.Linear(width * (rows // 4) * (columns // 4), num_classes)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.classifier(self.features(images).flatten(1))
+
+
+class MLP(nn.Module):
+    """A hidden layer for samples of any shape."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 16) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+        )
+
+    def forward(self, samples: Tensor) -> Tensor:
+        return self.layers(samples)
+
+
+class Unsized(LightningDataModule):
+    """A data module that does not say what the model is built for (no num_classes, no input_shape)."""
+
+    def __init__(self, batch_size: int = 32) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)), self.batch_size)

@@ -1,0 +1,343 @@
+"""A data module of one's own, in one's own file, through all five commands with no file of the project changed:
+train, resume, evaluate, predict and export, for 2-D points of 3 classes (own_data.Points, with the default
+SimpleNN) and for 3-channel 32x32 images of 4 classes (own_data.TinyImages, with own_data.TinyCNN).
+
+The sizes of the network, the metrics and the export come from the data module: nothing here is MNIST-shaped.
+The scripts run as a user runs them, in their own process with tests/ on PYTHONPATH; the quick refusals run
+in-process, as the project's other tests do.
+"""
+
+import csv
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from helpers import one_line
+
+import mnist_lightning.evaluate as evaluate_module
+from mnist_lightning.checkpoints import load_checkpoint
+from mnist_lightning.evaluate import main as evaluate_main
+from mnist_lightning.export import main as export_main
+from mnist_lightning.predict import main as predict_main
+from mnist_lightning.train import main as train_main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["--enable_progress_bar", "false"]
+
+
+@dataclass
+class Case:
+    data: str  # the class path given to --data
+    flags: list[str]  # the rest of the user's train command
+    num_classes: int
+    input_shape: list[int]
+    samples: int  # the data module's default number of samples
+    predict_rows: int  # samples in its predict set
+    other: str  # another data module's class path, for a change refused on resume
+
+
+CASES = {
+    # 36 Adam steps on 2-D points: a larger learning rate than MNIST's default.
+    "points": Case(
+        data="own_data.Points",
+        flags=["--lr", "0.1"],
+        num_classes=3,
+        input_shape=[2],
+        samples=600,
+        predict_rows=60,
+        other="own_data.TinyImages",
+    ),
+    "images": Case(
+        data="own_data.TinyImages",
+        flags=["--net", "own_data.TinyCNN", "--net.width", "4"],
+        num_classes=4,
+        input_shape=[3, 32, 32],
+        samples=400,
+        predict_rows=24,
+        other="own_data.Points",
+    ),
+}
+
+
+def script(name: str, *args: str) -> subprocess.CompletedProcess:
+    """``python scripts/<name>.py ARGS`` from the project's folder, with the user's module on PYTHONPATH."""
+    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, f"scripts/{name}.py", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def one_paragraph(err: str) -> str:
+    """The single "Error: ..." paragraph a refusal prints, as one line."""
+    text = err.strip()
+    assert text.startswith("Error: ") and text.count("Error:") == 1, err
+    assert "\n\n" not in text and "Traceback" not in text, err
+    return one_line(text)
+
+
+def data_module(case: Case, **arguments):
+    """The user's data module, built and set up here, for what its sets hold."""
+    module_name, class_name = case.data.rsplit(".", 1)
+    datamodule = getattr(importlib.import_module(module_name), class_name)(**arguments)
+    datamodule.setup("predict")
+    return datamodule
+
+
+@dataclass
+class Run:
+    case: Case
+    folder: Path
+    metrics: dict
+
+    @property
+    def last(self) -> str:
+        return str(self.folder / "checkpoints" / "last.ckpt")
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def run(request, tmp_path_factory) -> Run:
+    """``python scripts/train.py --data <class path> --batch_size 32 --max_epochs 3 ...`` in its own process."""
+    case = CASES[request.param]
+    folder = tmp_path_factory.mktemp(request.param) / "run"
+    flags = ["--data", case.data, "--batch_size", "32", "--max_epochs", "3", "--output_dir", str(folder), *QUIET]
+    result = succeeded(script("train", *flags, *case.flags))
+    assert "Test accuracy" in result.stdout
+    return Run(case, folder, json.loads((folder / "metrics.json").read_text()))
+
+
+@pytest.mark.slow
+def test_train_learns_and_sizes_everything_from_the_data_module(run):
+    case = run.case
+    assert run.metrics["test/acc"] >= 0.9  # the classes are easy: it must learn them
+    assert run.metrics["epochs"] == 3 and len(run.metrics["history"]) == 3 and run.metrics["batch_size"] == 32
+    record = yaml.safe_load((run.folder / "config.yaml").read_text())
+    assert record["data"]["class_path"] == case.data and record["batch_size"] == 32
+    contents = torch.load(run.last, map_location="cpu", weights_only=True)
+    hparams = contents["hyper_parameters"]
+    assert hparams["num_classes"] == case.num_classes and list(hparams["input_shape"]) == case.input_shape
+    assert contents["datamodule_hyper_parameters"]["_class_path"] == case.data
+    # The network, the metrics and the confusion matrix are built for the data's sizes.
+    model = load_checkpoint(run.last).model
+    assert model.net(torch.randn(5, *case.input_shape)).shape == (5, case.num_classes)
+    assert model.test_acc.num_classes == model.test_confusion.num_classes == case.num_classes
+
+
+@pytest.mark.slow
+def test_evaluate_reproduces_the_test_accuracy(run, tmp_path):
+    assert evaluate_main(["--ckpt_path", run.metrics["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
+    written = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert written["test/acc"] == run.metrics["test/acc"]
+    assert written["test/loss"] == pytest.approx(run.metrics["test/loss"])
+
+
+@pytest.mark.slow
+def test_evaluate_takes_any_argument_of_the_data_module(run, tmp_path, monkeypatch):
+    tested = []
+
+    def spy(trainer, model, datamodule, epochs):
+        tested.append(datamodule)
+        return real(trainer, model, datamodule, epochs)
+
+    real = evaluate_module.evaluate
+    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    flags = ["--ckpt_path", run.last, "--output_dir", str(tmp_path / "e"), "--data.samples", "900"]
+    assert evaluate_main([*flags, "--batch_size", "50"]) == 0
+    (datamodule,) = tested
+    assert len(datamodule.test_dataloader().dataset) == 180  # 20 % of 900 samples
+    written = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert written["batch_size"] == 50 and written["test/acc"] >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [(["--data.samples", "many"], "--data.samples many"), (["--data.colour", "red"], "colour")],
+)
+def test_a_bad_data_override_is_one_paragraph(run, tmp_path, capsys, override, named):
+    assert evaluate_main(["--ckpt_path", run.last, "--output_dir", str(tmp_path / "e"), *override]) == 2
+    assert named in one_paragraph(capsys.readouterr().err)
+    assert not (tmp_path / "e").exists()
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict]]:
+    with path.open(newline="") as file:
+        reader = csv.DictReader(file)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def check_probabilities(rows: list[dict], classes: int) -> list[int]:
+    """Each predicted row's probabilities sum to 1 and name its prediction; the predictions."""
+    for row in rows:
+        p = [float(row[f"p{c}"]) for c in range(classes)]
+        assert sum(p) == pytest.approx(1, abs=1e-4) and min(p) >= 0
+        assert int(row["prediction"]) == p.index(max(p)) and float(row["confidence"]) == pytest.approx(max(p))
+    return [int(row["prediction"]) for row in rows]
+
+
+@pytest.mark.slow
+def test_predict_without_inputs_predicts_the_predict_dataloader(run, tmp_path):
+    case, output = run.case, tmp_path / "predictions.csv"
+    result = succeeded(script("predict", "--ckpt_path", run.last, "--output", str(output)))
+    assert "class" in result.stdout and "Classes " in result.stdout
+    columns, rows = read_csv(output)
+    probabilities = [f"p{c}" for c in range(case.num_classes)]
+    assert columns == ["input", "status", "prediction", "confidence", *probabilities, "note"]
+    assert [row["input"] for row in rows] == [f"#{i}" for i in range(case.predict_rows)]
+    predictions = check_probabilities(rows, case.num_classes)
+    # The predict set is the first test samples, in order: the predictions must be their classes.
+    labels = data_module(case).sets["test"].tensors[1][: case.predict_rows].tolist()
+    assert sum(p == label for p, label in zip(predictions, labels, strict=True)) >= 0.9 * len(labels)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["images"], indirect=True)
+def test_predict_reads_files_through_the_data_modules_read_file(run, tmp_path):
+    images, labels = data_module(run.case).sets["test"].tensors
+    torch.save(images[:5].clone(), tmp_path / "five.pt")
+    np.save(tmp_path / "one.npy", images[5].numpy())
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    torch.save(images[6].clone(), folder / "six.pt")
+    (folder / "notes.txt").write_text("not an image")  # can_read says no: left out, not skipped
+    torch.save(torch.zeros(4, 2), tmp_path / "points.pt")  # the wrong shape: read_file refuses it
+    inputs = [str(tmp_path / name) for name in ("five.pt", "one.npy", "folder", "points.pt")]
+    output = tmp_path / "predictions.csv"
+    result = succeeded(script("predict", *inputs, "--ckpt_path", run.last, "--output", str(output)))
+    assert "Skipped" in result.stderr and "points.pt" in result.stderr
+    _, rows = read_csv(output)
+    names = [*(f"{tmp_path / 'five.pt'}[{i}]" for i in range(5)), str(tmp_path / "one.npy"), str(folder / "six.pt")]
+    assert [row["input"] for row in rows] == [*names, str(tmp_path / "points.pt")]
+    predicted, refused = rows[:-1], rows[-1]
+    assert check_probabilities(predicted, 4) == labels[:7].tolist()
+    assert refused["status"] == "skipped" and "expected images of shape (3, 32, 32)" in refused["note"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["points"], indirect=True)
+def test_predict_on_files_is_refused_for_a_data_module_without_read_file(run, tmp_path, capsys):
+    (tmp_path / "points.pt").write_bytes(b"")
+    assert predict_main([str(tmp_path / "points.pt"), "--ckpt_path", run.last]) == 2
+    message = one_paragraph(capsys.readouterr().err)
+    assert "Points, the data module the model was trained with, cannot read files" in message
+    assert "without inputs" in message
+
+
+@pytest.mark.slow
+def test_export_gives_the_checkpoints_scores_for_the_datas_input_shape(run, tmp_path):
+    case, exports = run.case, tmp_path / "exports"
+    formats = ["pt2", "onnx"] if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxscript") else []
+    succeeded(
+        script(
+            "export", "--ckpt_path", run.last, "--output_dir", str(exports), "--formats", json.dumps(formats or ["pt2"])
+        )
+    )
+    spec = json.loads((exports / "preprocessing.json").read_text())
+    assert spec["input"]["shape"] == ["batch", *case.input_shape]
+    assert spec["output"]["shape"] == ["batch", case.num_classes]
+    samples = torch.randn(7, *case.input_shape)  # a batch size other than export's example's
+    with torch.no_grad():
+        expected = load_checkpoint(run.last).model.net.eval()(samples)
+        exported = torch.export.load(exports / "model.pt2").module()(samples)
+    torch.testing.assert_close(exported, expected)
+    if "onnx" in formats:
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        (scores,) = ReferenceEvaluator(onnx.load(exports / "model.onnx")).run(None, {"images": samples.numpy()})
+        torch.testing.assert_close(torch.from_numpy(scores), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def two_epochs(request, tmp_path_factory) -> Run:
+    """A run limited to 2 epochs, to resume; in-process."""
+    case = CASES[request.param]
+    folder = tmp_path_factory.mktemp(f"{request.param}_resume") / "run"
+    flags = ["--data", case.data, "--batch_size", "32", "--max_epochs", "2", "--output_dir", str(folder), *QUIET]
+    assert train_main([*flags, *case.flags]) == 0
+    return Run(case, folder, json.loads((folder / "metrics.json").read_text()))
+
+
+def resume(folder: Path, *flags: str) -> int:
+    return train_main(["--output_dir", str(folder), "--ckpt_path", "last", *flags])
+
+
+@pytest.mark.slow
+def test_resume_trains_the_run_on(two_epochs, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(two_epochs.folder, folder)
+    assert resume(folder, "--max_epochs", "4") == 0
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["epochs"] == 4 and [row["epoch"] for row in metrics["history"]] == [0, 1, 2, 3]
+    assert metrics["test/acc"] >= 0.9 and metrics["batch_size"] == 32
+    assert (folder / "logs" / "resume-1").is_dir()
+    contents = torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert contents["datamodule_hyper_parameters"]["_class_path"] == two_epochs.case.data
+    assert contents["hyper_parameters"]["num_classes"] == two_epochs.case.num_classes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", ["argument", "class"])
+def test_resume_refuses_a_changed_data_module(two_epochs, capsys, change):
+    case, last = two_epochs.case, two_epochs.folder / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    flags = ["--data.samples", "900"] if change == "argument" else ["--data", case.other]
+    listed = f"samples {case.samples} -> 900" if change == "argument" else f"{case.data} -> {case.other}"
+    assert resume(two_epochs.folder, "--max_epochs", "4", *flags) == 2
+    message = one_paragraph(capsys.readouterr().err)
+    assert "A resumed run keeps the configuration" in message and listed in message
+    assert last.read_bytes() == before and not (two_epochs.folder / "logs" / "resume-1").exists()
+
+
+def test_a_data_module_without_sizes_is_refused_before_training(tmp_path, capfd):
+    assert train_main(["--data", "own_data.Unsized", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
+    captured = capfd.readouterr()
+    message = one_paragraph(captured.err)
+    assert "The data module Unsized must say what the model is built for" in message
+    assert "num_classes" in message and "input_shape" in message
+    assert "GPU available" not in captured.err + captured.out  # no Lightning banner: refused before the Trainer
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_network_that_does_not_fit_the_data_is_named(tmp_path, capsys):
+    """TinyCNN wants images; Points gives samples of shape (2,): the message names the network and the sizes."""
+    flags = ["--data", "own_data.Points", "--net", "own_data.TinyCNN", "--output_dir", str(tmp_path / "run"), *QUIET]
+    assert train_main(flags) == 2
+    message = one_paragraph(capsys.readouterr().err)
+    assert "--net own_data.TinyCNN" in message and "(2,)" in message and "3 classes" in message
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_export_a_network_whose_forward_argument_has_another_name(tmp_path, capsys):
+    """MLP.forward takes ``samples``, not ``images``: the export must not depend on the argument's name."""
+    folder = tmp_path / "run"
+    flags = ["--data", "own_data.Points", "--net", "own_data.MLP", "--max_epochs", "1", "--output_dir", str(folder)]
+    assert train_main([*flags, "--batch_size", "32", *QUIET]) == 0
+    last = str(folder / "checkpoints" / "last.ckpt")
+    assert export_main(["--ckpt_path", last, "--output_dir", str(tmp_path / "exports"), "--formats", "[pt2]"]) == 0
+    samples = torch.randn(3, 2)
+    with torch.no_grad():
+        expected = load_checkpoint(last).model.net.eval()(samples)
+        exported = torch.export.load(tmp_path / "exports" / "model.pt2").module()(samples)
+    torch.testing.assert_close(exported, expected)
