@@ -21,7 +21,6 @@ import re
 import shlex
 import shutil
 import sys
-import traceback
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,7 +52,7 @@ from .checkpoints import (
 from .data import DataError
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError
-from .lightning_module import Classifier
+from .lightning_module import Classifier, ModelSettingError, NetworkMismatchError
 from .model import MATMUL_HELP
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
 
@@ -526,13 +525,11 @@ def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, Ligh
         built_as = f"{net}({', '.join(arguments)})"
         try:
             model = Classifier(**arguments_of(Classifier, built), **sizes)
-        except Exception as error:
-            if isinstance(error, ValueError) and raised_by(error, Classifier):
-                # The model's own checks, in its terms; that of the network (it cannot take the samples, or gives
-                # other than one score per class) says what it got, and the rule it broke is named too.
-                network = str(error).startswith("the network")
-                raise UserError(f"{error}." + f" --net was built as {built_as}: {NETWORK_RULE}." * network) from error
-            # Raised by the network's class: its own arguments, or first arguments that are not the data's sizes.
+        except NetworkMismatchError as error:  # what the network got and gave, and the rule it broke
+            raise UserError(f"{error}. --net was built as {built_as}: {NETWORK_RULE}.") from error
+        except ModelSettingError as error:  # the model's own checks, in its terms
+            raise UserError(f"{error}.") from error
+        except Exception as error:  # the network's class: its own arguments, or first ones not the data's sizes
             raise UserError(
                 f"--net {net} could not be built for the data ({sizes['num_classes']} classes, "
                 f"samples of shape {tuple(sizes['input_shape'])}) as {built_as}: {first_line(error)}. Check its "
@@ -541,11 +538,6 @@ def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, Ligh
     for warning in warned:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return built, model, built.data
-
-
-def raised_by(error: BaseException, cls: type) -> bool:
-    """Whether ``error`` was raised in the module of ``cls`` (not in code it called, such as a network's class)."""
-    return traceback.extract_tb(error.__traceback__)[-1].filename == inspect.getsourcefile(cls)
 
 
 def network_path(net: Any) -> str:

@@ -16,6 +16,15 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from .model import SimpleNN, compile_network
 from .optim import LARGEST_LR, OptimizerName, ScheduleName, build_optimizer, build_schedule
 
+
+class ModelSettingError(ValueError):
+    """A setting of the Classifier that cannot work (its own check, not an error of the network's class)."""
+
+
+class NetworkMismatchError(ModelSettingError):
+    """The network cannot take the data's samples, or does not give one score per class for each."""
+
+
 # A network class (or any callable) taking the shape of one sample and the number of classes first.
 NetworkFactory = Callable[[tuple[int, ...], int], nn.Module]
 
@@ -52,12 +61,14 @@ class Classifier(LightningModule):
     ) -> None:
         super().__init__()
         if not 0 < lr <= LARGEST_LR:
-            raise ValueError(f"the learning rate (lr) must be a positive number up to {LARGEST_LR:.3g}, got {lr}")
+            raise ModelSettingError(
+                f"the learning rate (lr) must be a positive number up to {LARGEST_LR:.3g}, got {lr}"
+            )
         for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
             if not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value}")
+                raise ModelSettingError(f"{name} must be a number >= 0, got {value}")
         if num_classes < 2 or not input_shape or min(input_shape) < 1:
-            raise ValueError(
+            raise ModelSettingError(
                 f"the data must have 2 classes or more and samples of a positive shape, got "
                 f"{num_classes} classes of shape {tuple(input_shape)}"
             )
@@ -147,7 +158,7 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
         with torch.no_grad():
             scores = net(samples)
     except Exception as error:
-        raise ValueError(
+        raise NetworkMismatchError(
             f"the network {type(net).__name__} cannot take a batch of samples of shape {list(samples.shape)}: "
             f"{str(error).strip() or type(error).__name__}"
         ) from error
@@ -156,7 +167,7 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
     expected = [len(samples), num_classes]
     if not isinstance(scores, Tensor) or list(scores.shape) != expected:
         got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
-        raise ValueError(
+        raise NetworkMismatchError(
             f"the network {type(net).__name__} maps a batch of samples of shape {list(samples.shape)} to {got}; "
             f"it must give {expected}, one score per class for each sample"
         )
