@@ -1,5 +1,5 @@
-"""data.py and MNISTDataModule: the split, model-ready batches in and out of a Trainer, the other datasets, the
-sizes it gives the model and the files it reads for predict.py."""
+"""MNISTDataModule: the split, model-ready batches from standard DataLoaders in and out of a Trainer, the other
+datasets, the sizes it gives the model and the files it reads for predict.py."""
 
 import gzip
 
@@ -7,14 +7,13 @@ import pytest
 import torch
 from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset
 from PIL import Image
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
-from mnist_lightning.data import DATASETS, TensorBatches, epoch_order, normalize, split_indices
-from mnist_lightning.datamodule import MNISTDataModule
+from mnist_lightning.datamodule import DATASETS, EpochShuffle, MNISTDataModule, normalize
 from mnist_lightning.digit_files import UnreadableFile
-from mnist_lightning.errors import NothingToPredict
+from mnist_lightning.errors import NothingToPredict, UserError
 
 
 def make_datamodule(root, **kwargs) -> MNISTDataModule:
@@ -24,33 +23,29 @@ def make_datamodule(root, **kwargs) -> MNISTDataModule:
     return datamodule
 
 
+def labels_of(datamodule, split: str) -> torch.Tensor:
+    return datamodule.datasets[split].labels
+
+
 def test_split_sizes_and_no_overlap(fake_mnist):
     datamodule = make_datamodule(fake_mnist)
-    sizes = {split: len(labels) for split, (_, labels) in datamodule.splits.items()}
+    sizes = {split: len(dataset) for split, dataset in datamodule.datasets.items()}
     assert sizes == {"train": FAKE_TRAIN - FAKE_VAL, "val": FAKE_VAL, "test": FAKE_TEST}
-    train_idx, val_idx = datamodule.split_indices["train"], datamodule.split_indices["val"]
-    assert len(set(train_idx.tolist()) | set(val_idx.tolist())) == FAKE_TRAIN
+    train, val = (datamodule.datasets[split].inputs.flatten(1) for split in ("train", "val"))
+    assert not (train[:, None] == val[None]).all(-1).any()  # no image in both
 
 
-def test_full_mnist_split_is_55000_5000():
-    train_idx, val_idx = split_indices(60_000, 5_000, seed=0)
-    assert (len(train_idx), len(val_idx)) == (55_000, 5_000)
-    assert torch.cat([train_idx, val_idx]).sort().values.equal(torch.arange(60_000))
-
-
-def test_split_is_deterministic_and_independent_of_the_global_seed():
+def test_split_is_deterministic_and_independent_of_the_global_seed(fake_mnist):
     torch.manual_seed(1)
-    first = split_indices(1000, 100, seed=0)
+    first = labels_of(make_datamodule(fake_mnist), "val")
     torch.manual_seed(2)
-    second = split_indices(1000, 100, seed=0)
-    assert all(a.equal(b) for a, b in zip(first, second, strict=True))
-    assert not split_indices(1000, 100, seed=1)[1].equal(first[1])
+    assert labels_of(make_datamodule(fake_mnist), "val").equal(first)
+    assert not labels_of(make_datamodule(fake_mnist, split_seed=1), "val").equal(first)
 
 
-@pytest.mark.parametrize("pipeline", ["tensor", "per_sample"])
-def test_batches_are_model_ready_outside_a_trainer(fake_mnist, pipeline):
+def test_batches_are_model_ready_outside_a_trainer(fake_mnist):
     """A plain loop or a notebook gets what the model takes: float [B, 1, 28, 28], normalized, int64 labels."""
-    datamodule = make_datamodule(fake_mnist, batch_size=64, pipeline=pipeline)
+    datamodule = make_datamodule(fake_mnist, batch_size=64)
     for loader in (datamodule.train_dataloader(), datamodule.val_dataloader(), datamodule.test_dataloader()):
         images, labels = next(iter(loader))
         assert (images.shape, images.dtype, labels.shape, labels.dtype) == (
@@ -70,14 +65,15 @@ def test_normalize_matches_torchvision_totensor_normalize(fake_mnist):
     torch.testing.assert_close(normalize(dataset.data[:8], 0.1307, 0.3081), expected, atol=1e-5, rtol=0)
 
 
-def test_both_pipelines_serve_the_same_batches(fake_mnist):
-    fast = make_datamodule(fake_mnist, batch_size=50)
-    slow = make_datamodule(fake_mnist, batch_size=50, pipeline="per_sample")
-    for split in ("val_dataloader", "test_dataloader"):
-        fast_images, fast_labels = map(torch.cat, zip(*getattr(fast, split)(), strict=True))
-        slow_images, slow_labels = map(torch.cat, zip(*getattr(slow, split)(), strict=True))
-        torch.testing.assert_close(fast_images, slow_images, atol=1e-5, rtol=0)
-        assert fast_labels.equal(slow_labels)
+def test_batches_are_what_torchvisions_per_sample_pipeline_gives(fake_mnist):
+    """The whole-batch reads give, batch for batch, what a DataLoader over torchvision's dataset with ToTensor and
+    Normalize gives one sample at a time."""
+    datamodule = make_datamodule(fake_mnist, batch_size=50)
+    classic = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    per_sample = DataLoader(MNIST(str(fake_mnist), train=False, transform=classic), batch_size=50)
+    for (images, labels), (expected, expected_labels) in zip(datamodule.test_dataloader(), per_sample, strict=True):
+        torch.testing.assert_close(images, expected, atol=1e-6, rtol=0)
+        assert labels.equal(expected_labels)
 
 
 def test_train_batches_cover_the_split_once_per_epoch_in_a_new_order(fake_mnist):
@@ -95,27 +91,23 @@ def test_train_batches_cover_the_split_once_per_epoch_in_a_new_order(fake_mnist)
 def test_eval_batches_keep_their_order(fake_mnist):
     datamodule = make_datamodule(fake_mnist, batch_size=64)
     labels = torch.cat([labels for _, labels in datamodule.test_dataloader()])
-    assert labels.equal(datamodule.splits["test"][1])
+    assert labels.equal(MNIST(str(fake_mnist), train=False).targets)
 
 
-@pytest.mark.parametrize("count", [1, 7, 100])
-@pytest.mark.parametrize("replicas", [1, 2, 3])
-@pytest.mark.parametrize("shuffle", [True, False])
-@pytest.mark.parametrize("drop_last", [True, False])
-def test_epoch_order_equals_distributed_sampler(count, replicas, shuffle, drop_last):
-    for rank in range(replicas):
-        sampler = DistributedSampler(range(count), replicas, rank, shuffle=shuffle, seed=5, drop_last=drop_last)
-        sampler.set_epoch(3)
-        assert epoch_order(sampler).tolist() == list(sampler)
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_the_training_order_is_distributed_samplers_on_one_process(epoch):
+    """The order Lightning's DistributedSampler would give under DDP, with the same seed, on one process: the plain
+    and Fabric rungs use DistributedSampler itself and train on the same batches."""
+    shuffle, reference = EpochShuffle(100, seed=5), DistributedSampler(range(100), 1, 0, shuffle=True, seed=5)
+    shuffle.set_epoch(epoch)
+    reference.set_epoch(epoch)
+    assert list(shuffle) == list(reference)
 
 
-def test_ranks_get_disjoint_shards_that_cover_the_data():
-    images, labels = torch.zeros(10, 28, 28, dtype=torch.uint8), torch.arange(10)
-    shards = [
-        torch.cat([y for _, y in TensorBatches(images, labels, 3, 0.0, 1.0, True, 0, 2, rank)]) for rank in (0, 1)
-    ]
-    assert len(shards[0]) == len(shards[1]) == 5
-    assert sorted(torch.cat(shards).tolist()) == list(range(10))
+def test_the_training_order_follows_the_run_seed(fake_mnist, monkeypatch):
+    monkeypatch.setenv("PL_GLOBAL_SEED", "7")  # what seed_everything sets
+    sampler = make_datamodule(fake_mnist).train_dataloader().sampler
+    assert sampler.seed == 7
 
 
 @pytest.mark.parametrize(("dataset", "folder"), [("fashion_mnist", "FashionMNIST"), ("kmnist", "KMNIST")])
@@ -124,10 +116,10 @@ def test_other_mnist_format_datasets_by_name(tmp_path, dataset, folder):
     write_fake_dataset(tmp_path, folder)
     datamodule = make_datamodule(tmp_path, dataset=dataset, batch_size=FAKE_TEST)
     images, _ = next(iter(datamodule.test_dataloader()))
-    raw = datamodule.splits["test"][0]
-    info = DATASETS[dataset]
-    torch.testing.assert_close(images, normalize(raw, info.mean, info.std))
-    assert (datamodule.mean, datamodule.std) == (info.mean, info.std) != (DATASETS["mnist"].mean, DATASETS["mnist"].std)
+    _, mean, std = DATASETS[dataset]
+    parsed = DATASETS[dataset][0](str(tmp_path), train=False).data
+    torch.testing.assert_close(images, normalize(parsed, mean, std))
+    assert (datamodule.mean, datamodule.std) == (mean, std) != DATASETS["mnist"][1:]
 
 
 @pytest.mark.parametrize(
@@ -143,7 +135,7 @@ def test_the_data_module_says_what_the_model_is_built_for(fake_mnist):
     datamodule = make_datamodule(fake_mnist, batch_size=64)
     images, _ = next(iter(datamodule.train_dataloader()))
     assert tuple(images.shape[1:]) == datamodule.input_shape == (1, 28, 28)
-    assert datamodule.num_classes == 10 and int(datamodule.splits["train"][1].max()) < datamodule.num_classes
+    assert datamodule.num_classes == 10 and int(labels_of(datamodule, "train").max()) < datamodule.num_classes
 
 
 def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tmp_path):
@@ -155,7 +147,7 @@ def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tm
     torch.testing.assert_close(datamodule.read_file(idx), test_images)
     (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx.read_bytes()))
     torch.testing.assert_close(datamodule.read_file(tmp_path / "t10k-images-idx3-ubyte.gz"), test_images)
-    Image.fromarray(datamodule.splits["test"][0][0].numpy()).save(tmp_path / "digit.png")
+    Image.fromarray(MNIST(str(fake_mnist), train=False).data[0].numpy()).save(tmp_path / "digit.png")
     picture = datamodule.read_file(tmp_path / "digit.png")
     assert (picture.shape, picture.dtype) == ((1, *datamodule.input_shape), torch.float32)
     Image.new("L", (40, 40), 255).save(tmp_path / "blank.png")
@@ -171,5 +163,10 @@ def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tm
 
 def test_the_preprocessing_it_describes_is_its_own_normalization():
     spec = MNISTDataModule(dataset="kmnist").preprocessing()  # for export's preprocessing.json
-    assert (spec["normalize"]["mean"], spec["normalize"]["std"]) == (DATASETS["kmnist"].mean, DATASETS["kmnist"].std)
+    assert (spec["normalize"]["mean"], spec["normalize"]["std"]) == DATASETS["kmnist"][1:]
     assert spec["from_picture"]["steps"] and "from_mnist_digit" in spec
+
+
+def test_a_validation_set_as_large_as_the_data_is_refused_before_training(fake_mnist):
+    with pytest.raises(UserError, match=f"--data.val_size must be between 1 and {FAKE_TRAIN - 1}"):
+        MNISTDataModule(data_dir=str(fake_mnist), val_size=FAKE_TRAIN).prepare_data()

@@ -176,7 +176,7 @@ def test_a_fraction_that_leaves_no_batch_is_one_paragraph_after_the_banners(
 def test_a_data_mistake_is_reported_before_lightnings_banners(fake_mnist, tmp_path, capfd):
     assert run(fake_mnist, tmp_path / "run", "--data.val_size", "5000", "--quiet", "false") == 2
     err = capfd.readouterr().err
-    assert err.startswith("Error: val_size must be between 1 and 1199") and "GPU available" not in err
+    assert err.startswith("Error: --data.val_size must be between 1 and 1199") and "GPU available" not in err
 
 
 @pytest.mark.parametrize("accelerator", ["cpu", "auto"])

@@ -80,32 +80,27 @@ def test_interrupted_then_resumed_equals_uninterrupted(flags, uninterrupted, tmp
     assert len(list(run.glob("logs/resume-*"))) <= 1
 
 
-def test_ctrl_c_twice_stops_at_once_and_keeps_the_last_epoch(flags, tmp_path):
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stop_mid_epoch_keeps_the_last_finished_epoch(flags, tmp_path, name):
+    """Ctrl-C stops at once, SIGTERM after the batch in progress (Lightning's own handling); neither writes a
+    checkpoint of half an epoch. Step 50 is in epoch 2 (20 steps an epoch): last.ckpt stays the end of epoch 1."""
     run = tmp_path / "run"
-    first_ctrl_c = signal_at("SIGINT", "batch", tmp_path / "marker", step=50)
-    process = start(train_command([*flags, "--max_epochs", "200", *first_ctrl_c], run))
-    # The second Ctrl-C: sent as soon as the first has been announced.
-    line = ""
-    while "stopping after this batch" not in line:
-        line = process.stderr.readline()
-        assert line or process.poll() is None
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130 and "Traceback" not in stderr, (process.returncode, stderr[-3000:])
-    assert "Resume with:" in stderr  # last.ckpt of the epochs before (40 steps = 2 epochs) is there
-    assert (run / "checkpoints" / "last.ckpt").is_file()
-
-
-def test_ctrl_c_during_the_stop_save_keeps_the_previous_checkpoint(flags, uninterrupted, tmp_path):
-    # The second Ctrl-C lands while the first one's checkpoint is being written (step 50 is in epoch 2).
-    run = tmp_path / "run"
-    first = signal_at("SIGINT", "batch", tmp_path / "first", step=50)
-    second = signal_at("SIGINT", "checkpoint", tmp_path / "second", epoch=2)
-    second[0] = "--callbacks+"  # a second callback, appended
-    process = start(train_command([*flags, "--max_epochs", str(EPOCHS), *first, *second], run))
+    process = start(
+        train_command([*flags, "--max_epochs", "200", *signal_at(name, "batch", tmp_path / "m", step=50)], run)
+    )
     _, stderr = process.communicate(timeout=300)
-    assert (tmp_path / "second").exists() and process.returncode == 130, stderr
-    assert "Traceback" not in stderr and "holds the progress saved before. Resume with:" in stderr
+    assert process.returncode == 128 + getattr(signal, name) and "Traceback" not in stderr, stderr[-3000:]
+    assert "holds the epochs finished before. Resume with:" in stderr
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+
+
+def test_ctrl_c_while_last_ckpt_is_written_keeps_the_previous_one(flags, uninterrupted, tmp_path):
+    run = tmp_path / "run"
+    ctrl_c = signal_at("SIGINT", "checkpoint", tmp_path / "fired", epoch=2)
+    process = start(train_command([*flags, "--max_epochs", str(EPOCHS), *ctrl_c], run))
+    _, stderr = process.communicate(timeout=300)
+    assert (tmp_path / "fired").exists() and process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Resume with:" in stderr
     assert not list(run.glob("checkpoints/.*partial"))
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1  # end of epoch 1
     resumed = start(train_command(["--ckpt_path", "last"], run))

@@ -93,35 +93,6 @@ class EpochTimer(Timer):
             trainer.should_stop = True
 
 
-class ScheduleLength(Callback):
-    """Fit a step-wise cosine schedule to the run's length when a resumed run is given another --max_epochs.
-
-    A resumed run restores its schedulers from the checkpoint, length included: the cosine would reach zero at
-    the old end and then climb back to the peak learning rate. Here the schedule takes the new length, and from
-    the resumed step on the learning rate is what a run planned that long from the start would have at that
-    step (so it rises again when a finished run is extended: a schedule that had decayed to zero cannot
-    continue from zero). Other schedules are left as they are.
-    """
-
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        total = trainer.estimated_stepping_batches
-        if not math.isfinite(total):
-            return
-        for config in trainer.lr_scheduler_configs:
-            scheduler = config.scheduler
-            if not isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR) or config.interval != "step":
-                continue
-            length = max(int(total), 1)
-            if scheduler.T_max == length:
-                continue
-            scheduler.T_max = length
-            # CosineAnnealingLR steps recursively from the current lr: set the current lr on the new curve.
-            progress = min(scheduler.last_epoch, length) / length
-            for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, strict=True):
-                group["lr"] = scheduler.eta_min + (base - scheduler.eta_min) * (1 + math.cos(math.pi * progress)) / 2
-            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
-
-
 def progress_display() -> ProgressBar:
     """A bar when the output goes to a terminal; one line per epoch when it goes to a file (nohup, SLURM, CI),
     where a bar's redraws would be lost or pile up."""

@@ -3,9 +3,6 @@
 import os
 import pickle
 import re
-import signal
-import sys
-import threading
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -14,7 +11,7 @@ from typing import Any
 
 import torch
 from jsonargparse import ArgumentParser
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -251,123 +248,12 @@ def best_checkpoint(dirpath: Path) -> RunCheckpoint:
     )
 
 
-class LastCheckpoint(RunCheckpoint):
-    """``checkpoints/last.ckpt``, the resume point: rewritten at the end of every epoch, and when Ctrl-C or SIGTERM
-    stops the run.
+def last_checkpoint(dirpath: Path) -> RunCheckpoint:
+    """``last.ckpt``, the resume point: rewritten at the end of every epoch.
 
-    ModelCheckpoint's own ``save_last=True`` rewrites it only in epochs where the monitored metric improved:
-    a stale resume point. Lightning runs checkpoint callbacks after the others, so the file also holds the
-    state of the other callbacks for the epoch (the metrics history, for one).
-
-    Ctrl-C and SIGTERM (SLURM, ``docker stop``) during training do not stop the run where they land: the run
-    finishes the batch in progress (and the epoch's validation, if it has begun), saves ``last.ckpt`` and stops,
-    so that weights, optimizer, schedule and data position in the file agree and a resumed run trains on the
-    very batches an uninterrupted one would. A second Ctrl-C stops at once, keeping the previous ``last.ckpt``.
+    (ModelCheckpoint's ``save_last=True`` rewrites it only when the monitored metric improved: a stale resume
+    point.) Ctrl-C, SIGTERM or kill -9 leave the last finished epoch's file; the resumed run trains the epoch it
+    stopped in again, on the same batches (the order depends on the epoch alone), so it ends as an uninterrupted
+    run would.
     """
-
-    def __init__(self, dirpath: Path, resume_hint: str) -> None:
-        super().__init__(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)
-        self.resume_hint = resume_hint
-        self.stop_signal: int | None = None  # the signal that asked the run to stop, once one has
-        self._saved_for_stop = False
-        self.reported = False  # whether on_exception has told the user where things stand
-        self._handlers: dict[int, Any] = {}
-        self._loader_states: list[dict] = []  # the train loader's position, from the checkpoint resumed
-
-    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(trainer, pl_module, checkpoint)
-        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
-        self._loader_states = fit_loop.get("state_dict", {}).get("combined_loader", [])
-
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        super().on_train_start(trainer, pl_module)
-        # Lightning hands a stateful train loader its saved position only if the loader is built after the loop
-        # state is restored; configure_optimizers' estimated_stepping_batches builds it before. Hand it over
-        # here, before the first batch is drawn, so a run resumed mid-epoch continues with the right batch.
-        loaders = trainer.train_dataloader
-        loaders = list(loaders) if isinstance(loaders, list | tuple) else [loaders]
-        stateful = [loader for loader in loaders if hasattr(loader, "load_state_dict")]
-        if self._loader_states and len(stateful) == len(self._loader_states):
-            for loader, state in zip(stateful, self._loader_states, strict=True):
-                loader.load_state_dict(state)
-        self._loader_states = []
-        if threading.current_thread() is not threading.main_thread():
-            return  # Python delivers signals to the main thread only
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._handlers[signum] = signal.getsignal(signum)
-            signal.signal(signum, lambda signum, frame: self._request_stop(trainer, signum))
-
-    def _request_stop(self, trainer: Trainer, signum: int) -> None:
-        if self.stop_signal is not None:  # a second signal: stop now, without saving a half-done step
-            self._restore_handlers()
-            raise KeyboardInterrupt
-        self.stop_signal = signum
-        if signum == signal.SIGTERM and trainer.strategy.launcher is not None:
-            trainer.strategy.launcher.kill(signum)  # as Lightning's own SIGTERM handler: pass it to the DDP ranks
-        if trainer.is_global_zero:
-            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            print(
-                f"\n{name}: stopping after this batch to save progress ({name} again stops at once, without saving).",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any, **kwargs: Any) -> None:
-        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
-        if self.stop_signal is None:
-            return
-        batch_idx = kwargs.get("batch_idx", args[-1] if args else 0)
-        last_of_epoch = batch_idx + 1 >= trainer.num_training_batches
-        validates_next = isinstance(trainer.val_check_batch, int) and (batch_idx + 1) % trainer.val_check_batch == 0
-        # Not before validation: a checkpoint cannot hold half-computed validation metrics. The epoch's own
-        # end saves and stops instead (on_train_epoch_end).
-        if not last_of_epoch and not validates_next:
-            stop_after_this_batch(trainer)
-
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        super().on_train_epoch_end(trainer, pl_module)  # writes last.ckpt
-        if self.stop_signal is not None:
-            self._saved_for_stop = True
-            stop_after_this_batch(trainer)
-
-    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        if not isinstance(exception, KeyboardInterrupt | SystemExit):
-            self._restore_handlers()
-            return  # an error: the run failed, and its message says why
-        path = Path(self.dirpath) / "last.ckpt"
-        if isinstance(exception, KeyboardInterrupt):
-            self.stop_signal = signal.SIGINT
-        elif self.stop_signal is not None and not self._saved_for_stop:
-            try:
-                trainer.save_checkpoint(path, weights_only=False)  # stopped between batches: a consistent state
-                self._saved_for_stop = True
-            except KeyboardInterrupt:  # Ctrl-C again during the save: the previous last.ckpt stays
-                pass
-        self._restore_handlers()
-        self.reported = True
-        if not trainer.is_global_zero:
-            return
-        if path.is_file():
-            saved = f"progress saved to {path}" if self._saved_for_stop else f"{path} holds the progress saved before"
-            print(f"\nStopped; {saved}. Resume with:\n  {self.resume_hint}", file=sys.stderr)
-        else:
-            print(
-                "\nStopped before the first epoch ended: there is no progress to resume. Run the same command "
-                "again to start over.",
-                file=sys.stderr,
-            )
-
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._restore_handlers()
-
-    def _restore_handlers(self) -> None:
-        for signum, handler in self._handlers.items():
-            signal.signal(signum, handler)
-        self._handlers = {}
-
-
-def stop_after_this_batch(trainer: Trainer) -> None:
-    """Lightning's own SIGTERM stop: its loops raise SIGTERMException once the batch (or epoch) in progress is done,
-    after the schedulers have stepped. ``Trainer.received_sigterm`` has no setter, so the flag is set where
-    Lightning's signal handler sets it."""
-    trainer._signal_connector.received_sigterm = True
+    return RunCheckpoint(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)

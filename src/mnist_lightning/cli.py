@@ -38,18 +38,17 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import DivergedError, EpochHistory, EpochTimer, ScheduleLength, progress_display
+from .callbacks import DivergedError, EpochHistory, EpochTimer, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
-    LastCheckpoint,
     best_checkpoint,
     completed_epochs,
     first_line,
+    last_checkpoint,
     load_weights,
     read_checkpoint,
 )
-from .data import DataError
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError
 from .lightning_module import Classifier, ModelSettingError, NetworkMismatchError
@@ -59,7 +58,7 @@ from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_di
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
 # Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
 # --limit_train_batches fraction smaller than one batch); its messages name the setting and the fix.
-USER_ERRORS = (DataError, CheckpointError, OutputDirError, DivergedError, MisconfigurationException)
+USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
 RECORD = RUN_RECORD
@@ -490,7 +489,7 @@ def build_training(config: Namespace) -> Training:
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
-    trainer = build_trainer(built, run_dir, resume_hint(run_dir), resuming)
+    trainer = build_trainer(built, run_dir, resuming)
     record_classes(model, datamodule, config)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -711,9 +710,9 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
     return config.logger  # False, or Logger objects built from class paths
 
 
-def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: bool = False) -> Trainer:
+def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
-    callbacks = [*as_list(config.callbacks), EpochHistory(), ScheduleLength()]
+    callbacks = [*as_list(config.callbacks), EpochHistory()]
     if config.max_time is not None:
         callbacks.append(EpochTimer(config.max_time))
     if logger:
@@ -722,7 +721,7 @@ def build_trainer(config: Namespace, run_dir: Path, resume_hint: str, resuming: 
         callbacks.append(best_checkpoint(run_dir / "checkpoints"))
     if config.enable_checkpointing is not False:
         # Without validation (--limit_val_batches 0) there is no best: the run tests its last weights.
-        callbacks.append(LastCheckpoint(run_dir / "checkpoints", resume_hint))
+        callbacks.append(last_checkpoint(run_dir / "checkpoints"))
     plugins = as_list(config.plugins)
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
         plugins.append(AtomicCheckpointIO())

@@ -14,9 +14,8 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torchvision.datasets.mnist import read_image_file
 
-from .data import normalize
 from .errors import NothingToPredict
-from .preprocessing import NoInkError, to_model_input
+from .preprocessing import STEPS, NoInkError, to_model_input
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -39,7 +38,7 @@ def read_digits(path: Path, mean: float, std: float) -> Tensor:
     is NothingToPredict; any other failure is an UnreadableFile that says why."""
     try:
         if is_idx(path):
-            return normalize(read_idx(path), mean, std)
+            return read_idx(path).unsqueeze(1).float().div(255).sub(mean).div(std)  # as the training data
         with warnings.catch_warnings():
             # Pillow only warns between its pixel limit and twice it; such a file is refused like a larger one.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -70,3 +69,18 @@ def why_unreadable(error: Exception) -> str:
     if isinstance(error, OSError):
         return f"could not be read: {error}"
     return f"failed ({type(error).__name__}: {error})"
+
+
+def preprocessing_spec(mean: float, std: float) -> dict:
+    """How to make the model's input from a picture, for export's preprocessing.json."""
+    return {
+        "normalize": {"mean": mean, "std": std, "formula": "(uint8 / 255 - mean) / std"},
+        "from_mnist_digit": "A digit already in MNIST's form (uint8 [28, 28], light ink on black, as in the IDX "
+        "files) needs only the normalize step.",
+        "from_picture": {
+            "reference": "mnist_lightning.preprocessing.to_model_input (numpy, Pillow and torch; the file depends "
+            "on nothing else in this project and can be copied on its own)",
+            "no_ink": "A picture with no ink (blank, one colour, only noise) has no digit: report it as blank.",
+            "steps": STEPS,
+        },
+    }

@@ -4,12 +4,14 @@ It knows nothing of the data: the data module gives the shape of one sample and 
 network is built with them.
 """
 
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import CosineAnnealingLR
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
@@ -96,6 +98,19 @@ class Classifier(LightningModule):
         # their keys (see compile_network).
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
             compile_network(self.net)
+
+    def on_train_start(self) -> None:
+        # A resumed run given a longer --max_epochs gets its schedule back from the checkpoint, length included:
+        # the cosine would reach zero at the old end, then climb. From the resumed step on, the learning rate
+        # becomes what a run planned this long from the start would have (so an extended finished run's rises).
+        total = self.trainer.estimated_stepping_batches
+        for config in self.trainer.lr_scheduler_configs if math.isfinite(total) else []:
+            schedule = config.scheduler
+            if isinstance(schedule, CosineAnnealingLR) and config.interval == "step" and schedule.T_max != total:
+                schedule.T_max = max(int(total), 1)
+                progress = min(schedule.last_epoch, schedule.T_max) / schedule.T_max
+                for group, base in zip(schedule.optimizer.param_groups, schedule.base_lrs, strict=True):
+                    group["lr"] = schedule.eta_min + (base - schedule.eta_min) * (1 + math.cos(math.pi * progress)) / 2
 
     def on_train_epoch_start(self) -> None:
         # The epoch loss is saved in checkpoints (see __init__). A checkpoint written at an epoch's end holds that

@@ -14,9 +14,10 @@ from typing import Any
 
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .callbacks import EpochHistory
-from .checkpoints import LastCheckpoint
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import run_main
 from .lightning_module import Classifier
@@ -106,40 +107,58 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
         print('Plots: pip install -e ".[plots]" for learning curves and a confusion matrix.')
 
 
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM ended the run; the message says where it stands."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum  # the shell's convention for "ended by this signal": 130 or 143
+
+
 def main(argv: list[str] | None = None) -> int:
     built: list[Training] = []
-    # Until training starts (LastCheckpoint then takes the signal over), SIGTERM stops at once, through the
-    # clean-up below, instead of killing the process with a half-made run folder.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     def run() -> None:
-        built.append(build_training(parse_args(argv)))
-        with built[0].removed_if_failed():
-            train(built[0].trainer, built[0].model, built[0].datamodule, built[0].ckpt_path)
+        try:
+            built.append(build_training(parse_args(argv)))
+            with built[0].removed_if_failed():
+                train(built[0].trainer, built[0].model, built[0].datamodule, built[0].ckpt_path)
+        except (KeyboardInterrupt, SystemExit) as stop:
+            # Inside a Trainer call Lightning ends Ctrl-C with sys.exit(1) and SIGTERM with SIGTERMException,
+            # after its callbacks' on_exception; outside, SIGTERM exits through sigterm_stops (below).
+            sigterm = isinstance(stop, SIGTERMException) or getattr(stop, "code", None) == 128 + signal.SIGTERM
+            interrupted = isinstance(stop, KeyboardInterrupt) or (bool(built) and built[0].trainer.interrupted)
+            if not (sigterm or interrupted):
+                raise
+            signum = signal.SIGTERM if sigterm else signal.SIGINT
+            name = "SIGTERM" if sigterm else "Ctrl-C"
+            raise Stopped(signum, f"Stopped by {name}: {where_the_run_stands(built[0] if built else None)}") from stop
 
+    def sigterm_stops(signum: int, frame: object) -> None:
+        """SIGTERM stops through the same clean-up as Ctrl-C; during fit, Lightning's own handler (which calls
+        this one too) stops the run after the batch in progress."""
+        fitting = built and built[0].trainer.state.fn == TrainerFn.FITTING
+        if not (fitting and built[0].trainer.state.status == TrainerStatus.RUNNING):
+            sys.exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, sigterm_stops)
     try:
         return run_main(run, (*USER_ERRORS, NothingTrainedError))
-    except SystemExit as stop:  # Ctrl-C or SIGTERM: LastCheckpoint saved progress and printed the resume command
-        last = next((c for c in built[0].trainer.callbacks if isinstance(c, LastCheckpoint)), None) if built else None
-        if last is not None and last.stop_signal is not None:
-            return 128 + last.stop_signal  # the shell's convention for "ended by this signal": 130 or 143
-        if stop.code != 128 + signal.SIGTERM:
-            raise
-        if last is None or not last.reported:
-            print(f"\nStopped by SIGTERM {where_the_run_stands(built[0] if built else None)}", file=sys.stderr)
-        return stop.code
+    except Stopped as stop:
+        print(f"\n{stop}", file=sys.stderr)
+        return stop.exit_code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def where_the_run_stands(training: Training | None) -> str:
-    """For a SIGTERM outside the Trainer's own calls: before training, between fit and test, or after both."""
     if training is None:
-        return (
-            "before training started. Run the same command again to start it (a run it resumes keeps its checkpoints)."
-        )
+        return "before training started. Run the same command again to start it."
     if (training.run_dir / "metrics.json").is_file():
         return f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results."
-    if (training.run_dir / "checkpoints" / "last.ckpt").is_file():
-        return f"before the run was tested. Resume with:\n  {resume_hint(training.run_dir)}"
+    last = training.run_dir / "checkpoints" / "last.ckpt"
+    if last.is_file():
+        return f"{last} holds the epochs finished before. Resume with:\n  {resume_hint(training.run_dir)}"
     return "before the first epoch ended: there is no progress to resume. Run the same command again to start over."
 
 
