@@ -101,3 +101,32 @@ def test_help_is_plain_text(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "``" not in capsys.readouterr().out
+
+
+def flip_weights(source: Path, target: Path) -> Path:
+    """The checkpoint with bytes flipped inside its weights: still a zip that torch.load reads without complaint."""
+    import zipfile
+
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
+        record = max(archive.infolist(), key=lambda info: info.file_size)  # the largest tensor: the weights
+    start = record.header_offset + 30 + len(record.filename.encode()) + len(record.extra) + record.file_size // 4
+    data[start : start + 400] = bytes(byte ^ 0x5A for byte in data[start : start + 400])
+    target.write_bytes(bytes(data))
+    return target
+
+
+@pytest.mark.parametrize("entry", ["evaluate", "predict", "export", "train"])
+def test_a_checkpoint_with_flipped_bits_is_refused_by_every_entry_point(trained, fake_mnist, tmp_path, capsys, entry):
+    from importlib import import_module
+
+    damaged = flip_weights(Path(trained["best_checkpoint"]), tmp_path / "damaged.ckpt")
+    flags = ["--ckpt_path", str(damaged)]
+    if entry == "train":  # fine-tuning from it
+        flags += ["--data.data_dir", str(fake_mnist), *TINY_RUN]
+    if entry != "predict":
+        flags += ["--output_dir", str(tmp_path / "out")]
+    assert import_module(f"mnist_lightning.{entry}").main(flags) == 2
+    err = one_line(capsys.readouterr().err)
+    assert f"{damaged} is damaged" in err and "checksum" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

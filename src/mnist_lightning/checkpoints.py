@@ -111,6 +111,16 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         start = file.read(2)
     if not zipfile.is_zipfile(path) and start[:1] != b"\x80":  # torch.save writes a zip; old torch, a pickle
         raise CheckpointError(f"{path} is not a PyTorch checkpoint: it is another kind of file, or damaged.")
+    if zipfile.is_zipfile(path):  # torch.load does not check the checksums the zip holds of each of its parts
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+        if damaged:
+            others = sorted(str(other) for other in path.parent.glob("*.ckpt") if other != path)
+            instead = f" Its folder also holds {', '.join(others)}." if others else ""
+            raise CheckpointError(
+                f"{path} is damaged: {damaged} in it no longer matches the checksum written with it (a disk or copy "
+                f"error), so it was not used. Pass another checkpoint, or a copy of this one from a backup.{instead}"
+            )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's note on pickle protocols: not the user's concern

@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import shlex
-import shutil
 import sys
 import warnings
 from collections.abc import Iterator
@@ -53,7 +52,7 @@ from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError
 from .lightning_module import Classifier, ModelSettingError, NetworkMismatchError
 from .model import MATMUL_HELP
-from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, new_run_dir
+from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
 # Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
@@ -463,8 +462,8 @@ class Training:
         try:
             yield
         except BaseException:
-            if not self.resuming and self.trainer.is_global_zero and not list(self.run_dir.glob("checkpoints/*.ckpt")):
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+            if not self.resuming and self.trainer.is_global_zero:
+                discard_new_run(self.run_dir)
             raise
 
 
@@ -477,6 +476,15 @@ def build_training(config: Namespace) -> Training:
     if weights:
         read_checkpoint(weights)  # refuses a missing, damaged or foreign file before anything starts
     run_dir, resuming = choose_run_dir(config)
+    try:
+        return build_in(run_dir, resuming, weights, config)
+    except BaseException:
+        if not resuming and rank_zero_only.rank == 0:
+            discard_new_run(run_dir)
+        raise
+
+
+def build_in(run_dir: Path, resuming: bool, weights: str | None, config: Namespace) -> Training:
     ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else None
     if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
         for name in ("lightning.pytorch", "lightning.fabric"):
@@ -633,6 +641,8 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         return Path(shared), resuming
     if resuming:
         run_dir = Path(config.output_dir or "")
+        if config.output_dir and run_dir.is_dir():
+            lock(run_dir)  # one run at a time in a folder
         if not config.output_dir:
             raise UserError(
                 "--ckpt_path last resumes the run in --output_dir, but no --output_dir was given. Pass the folder of "

@@ -85,6 +85,10 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
     except KeyboardInterrupt:  # Ctrl-C outside training (start-up, testing): nothing to save there
         print("\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
+    finally:
+        from .records import release  # here: this module is imported before torch (see run_script)
+
+        release()  # the run folders it locked (records.lock): a later command in this process may use them
     end_process_group()
     return 0
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
-from .checkpoints import load_checkpoint
+from .checkpoints import CheckpointError, load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .errors import UserError, run_main
-from .records import check_writable, write_json
+from .records import discard_new_run, lock, write_json
 
 FORMATS = ("pt2", "onnx")
 
@@ -47,8 +47,14 @@ def export(config: Namespace) -> dict[str, Path]:
     if "onnx" in config.formats and not all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript")):
         raise UserError('ONNX export needs the onnx extra: pip install -e ".[onnx]" (or pass --formats [pt2]).')
     output_dir = Path(config.output_dir) if config.output_dir else Path(config.ckpt_path).resolve().parent / "exports"
-    check_writable(output_dir)  # before any work: an existing file or a read-only folder there
-    checkpoint = load_checkpoint(config.ckpt_path)
+    new = not output_dir.exists()
+    lock(output_dir)  # before any work: a folder that cannot be written, or one another export is writing
+    try:
+        checkpoint = load_checkpoint(config.ckpt_path)
+    except CheckpointError:
+        if new:
+            discard_new_run(output_dir)
+        raise
     net = checkpoint.model.net.eval()  # the plain nn.Module; Lightning stays behind
     output_dir.mkdir(parents=True, exist_ok=True)
     earlier = {path for path in output_dir.iterdir() if path.name in ("model.pt2", "model.onnx", "preprocessing.json")}

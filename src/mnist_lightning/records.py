@@ -4,10 +4,12 @@ same keys on every rung, and files appear whole or not at all.
 Nothing here imports Lightning: the plain-PyTorch and Fabric rungs write the very same records.
 """
 
+import fcntl
 import json
 import math
 import os
 import resource
+import shlex
 import shutil
 import sys
 import tempfile
@@ -25,14 +27,17 @@ class OutputDirError(Exception):
 
 
 def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
-    """The folder for a new run: ``output_dir`` if given and unused, else a fresh ``runs/<timestamp>``."""
+    """The folder for a new run, made and locked (:func:`lock`): ``output_dir`` if given and unused, else a fresh
+    ``runs/<timestamp>``."""
     if output_dir is None:
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         candidates = (Path(runs_root) / (stamp if n == 0 else f"{stamp}_{n}") for n in range(1000))
         output_dir = next(path for path in candidates if not path.exists())
     output_dir = Path(output_dir)
-    check_writable(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not clear_unstarted_run(output_dir):
+    lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
+    used = any(path.name != LOCK_FILE for path in output_dir.iterdir())
+    if used and not clear_unstarted_run(output_dir):
+        release(output_dir)
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
@@ -42,7 +47,7 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
 
 # What a run leaves in its folder before its first checkpoint: the record, logs, an empty checkpoints/ (perhaps
 # with the temporary file of a write that a kill interrupted).
-UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard"}
+UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", ".lock"}
 
 
 def clear_unstarted_run(folder: Path) -> bool:
@@ -53,16 +58,58 @@ def clear_unstarted_run(folder: Path) -> bool:
     if any(path.suffix == ".ckpt" for path in (folder / "checkpoints").glob("*")):
         return False
     for path in folder.iterdir():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.name != LOCK_FILE:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     return True
 
 
-def check_writable(folder: Path) -> None:
-    """Refuse, before any training, a folder that cannot be created or written."""
-    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        problem = "not a folder" if not existing.is_dir() else "not writable"
-        raise OutputDirError(f"The output folder {folder} cannot be written: {existing} is {problem}.")
+LOCK_FILE = ".lock"
+_held: dict[Path, Any] = {}  # the open lock files of this process, by folder
+
+
+def lock(folder: Path) -> None:
+    """Make ``folder`` and hold its lock until this process ends or :func:`release`; a second process that asks
+    for it is refused with the command of the one holding it. The operating system drops the lock when its process
+    ends, however it ends: a killed run leaves no stale lock. Making the folder and its lock file is also the test
+    that it can be written (``os.access`` says yes to root even in /proc)."""
+    key = folder.resolve()
+    if key in _held:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 (held open until released: it holds the lock)
+    except OSError as error:
+        existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
+        problem = f"{existing} is not a folder" if not existing.is_dir() else (error.strerror or str(error)).lower()
+        raise OutputDirError(f"The output folder {folder} cannot be written: {problem}.") from error
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise OutputDirError(
+            f"{folder} is in use by a run that has not ended ({holder}). Wait for it to end, or pass another "
+            "--output_dir."
+        ) from None
+    handle.truncate(0)
+    handle.write(f"process {os.getpid()}: {shlex.join(sys.argv)}\n")
+    handle.flush()
+    _held[key] = handle
+
+
+def release(folder: Path | None = None) -> None:
+    """Let go of ``folder``'s lock (of every folder this process holds, without one)."""
+    for key in [folder.resolve()] if folder else list(_held):
+        if handle := _held.pop(key, None):
+            handle.close()
+
+
+def discard_new_run(folder: Path) -> None:
+    """Remove the folder of a new run that failed before its first checkpoint: no half-made run is left."""
+    release(folder)
+    if not list(folder.glob("checkpoints/*.ckpt")):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def finite_or_none(data: Any) -> Any:

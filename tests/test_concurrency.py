@@ -1,0 +1,79 @@
+"""One run per folder at a time: a second command that would write into a folder a run is using is refused,
+naming the running one, and nothing of the two is mixed; a killed run's lock does not outlive it."""
+
+import json
+import time
+
+import pytest
+from helpers import FAKE_VAL, one_line
+from interrupts import start, train_command
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def flags(fake_mnist) -> list[str]:
+    return [
+        "--data.data_dir",
+        str(fake_mnist),
+        "--data.val_size",
+        str(FAKE_VAL),
+        "--batch_size",
+        "100",
+        "--quiet",
+        "true",
+    ]
+
+
+def test_two_trainings_started_together_into_one_folder(flags, tmp_path):
+    run = tmp_path / "run"
+    processes = {seed: start(train_command([*flags, "--max_epochs", "3", "--seed", str(seed)], run)) for seed in (1, 2)}
+    ended = {seed: (process.wait(timeout=300), process.stderr.read()) for seed, process in processes.items()}
+    winners = [seed for seed, (code, _) in ended.items() if code == 0]
+    assert len(winners) == 1, ended
+    (loser,) = set(ended) - set(winners)
+    code, stderr = ended[loser]
+    message = one_line(stderr)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert "is in use by a run that has not ended" in message or "already holds files from an earlier run" in message
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["seed"] == winners[0] and f"seed: {winners[0]}" in (run / "config.yaml").read_text()
+
+
+def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp_path):
+    run = tmp_path / "run"
+    first = start(train_command([*flags, "--max_epochs", "40"], run))
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoints" / "last.ckpt").exists():
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    second = start(train_command(["--ckpt_path", "last"], run))
+    _, stderr = second.communicate(timeout=120)
+    assert second.returncode == 2 and "is in use by a run that has not ended" in one_line(stderr), stderr
+    assert "scripts/train.py" in one_line(stderr)  # the running command is named
+    assert first.wait(timeout=300) == 0
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 40
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    from helpers import TINY_RUN, write_fake_mnist
+
+    from mnist_lightning.train import main
+
+    root = tmp_path_factory.mktemp("trained")
+    data = write_fake_mnist(root / "data")
+    assert main(["--data.data_dir", str(data), *TINY_RUN, "--quiet", "true", "--output_dir", str(root / "run")]) == 0
+    return str(root / "run" / "checkpoints" / "last.ckpt")
+
+
+@pytest.mark.parametrize("script", ["train", "evaluate", "export"])
+def test_an_output_folder_that_cannot_hold_files_is_refused(flags, checkpoint, script, capsys):
+    """/proc refuses new files even to root, which os.access does not tell."""
+    from importlib import import_module
+
+    main = import_module(f"mnist_lightning.{script}").main
+    options = flags if script == "train" else ["--ckpt_path", checkpoint]
+    assert main([*options, "--output_dir", "/proc/foo"]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith("Error: The output folder /proc/foo cannot be written") and "Traceback" not in err
