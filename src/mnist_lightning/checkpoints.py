@@ -15,7 +15,7 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .errors import UserError
+from .errors import UserError, WriteError
 from .lightning_module import Classifier
 
 
@@ -217,8 +217,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(temporary, path)
-        except BaseException:  # Ctrl-C, a full disk: the previous checkpoint stays, and no partial file
+        except BaseException as error:  # Ctrl-C, a full disk: the previous checkpoint stays, and no partial file
             temporary.unlink(missing_ok=True)
+            if isinstance(error, OSError | RuntimeError):  # torch reports a short write as a RuntimeError
+                raise WriteError(path, error) from error
             raise
 
 

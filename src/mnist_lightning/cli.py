@@ -49,7 +49,7 @@ from .checkpoints import (
     read_checkpoint,
 )
 from .devices import check_accelerator, device_flags_hint, missing_package
-from .errors import UserError
+from .errors import UserError, WriteError
 from .lightning_module import Classifier, ModelSettingError, NetworkMismatchError
 from .model import MATMUL_HELP
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
@@ -57,7 +57,7 @@ from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_ne
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
 # Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
 # --limit_train_batches fraction smaller than one batch); its messages name the setting and the fix.
-USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException)
+USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException, WriteError)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
 RECORD = RUN_RECORD

@@ -1,13 +1,16 @@
 """User mistakes end in one readable paragraph and a non-zero exit, never in a traceback."""
 
 import argparse
+import errno
 import importlib
 import math
 import os
+import shutil
 import signal
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from .workarounds import apply_workarounds, end_process_group
@@ -24,6 +27,22 @@ class UserError(Exception):
     def __init__(self, message: str, exit_code: int = USAGE_ERROR) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class WriteError(Exception):
+    """A file could not be written (a full disk, a read-only or failing one); the message says which and why."""
+
+    exit_code = 1
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        free = shutil.disk_usage(path.parent).free if path.parent.is_dir() else None
+        # torch reports a write cut short by a full disk as "[enforce fail at inline_container.cc] unexpected pos"
+        full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "unexpected pos" in str(error)
+        if full or (free is not None and free < 2**20):
+            reason = "the disk is full" + (f" ({free / 2**20:.1f} MB free there)" if free is not None else "")
+        else:
+            reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
+        super().__init__(f"{path} could not be written: {reason}.")
 
 
 class NothingToPredict(ValueError):

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .errors import WriteError
+
 RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
 
 
@@ -126,14 +128,20 @@ def finite_or_none(data: Any) -> Any:
 def write_json(path: str | Path, data: dict) -> None:
     """Write valid JSON through a temporary file and an atomic rename, so a reader never sees half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
-        json.dump(finite_or_none(data), tmp, indent=2, allow_nan=False)
-        tmp.write("\n")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp.name, 0o666 & ~umask)  # a temporary file is private (0600); give it the usual permissions
-    os.replace(tmp.name, path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
+            json.dump(finite_or_none(data), tmp, indent=2, allow_nan=False)
+            tmp.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp.name, 0o666 & ~umask)  # a temporary file is private (0600); give it the usual permissions
+        os.replace(tmp.name, path)
+    except OSError as error:
+        if tmp is not None:
+            Path(tmp.name).unlink(missing_ok=True)
+        raise WriteError(path, error) from error
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float | None]:

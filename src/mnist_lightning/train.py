@@ -19,7 +19,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .callbacks import EpochHistory
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
-from .errors import run_main
+from .errors import WriteError, run_main
 from .lightning_module import Classifier
 from .records import run_metrics, write_json
 from .workarounds import lightning_notes_ignored
@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             signum = signal.SIGTERM if sigterm else signal.SIGINT
             name = "SIGTERM" if sigterm else "Ctrl-C"
             raise Stopped(signum, f"Stopped by {name}: {where_the_run_stands(built[0] if built else None)}") from stop
+        except WriteError as error:  # a full disk, say: what was kept, and how to go on once there is room
+            where = where_the_run_stands(built[0] if built else None)
+            error.args = (f"{error} {where[0].upper()}{where[1:]}",)
+            raise
 
     def sigterm_stops(signum: int, frame: object) -> None:
         """SIGTERM stops through the same clean-up as Ctrl-C; during fit, Lightning's own handler (which calls
