@@ -26,6 +26,16 @@ BAD_FLAGS = [
     (["--lr", "1e39"], 2, ["learning rate (lr) must be a positive number up to 3.4e+38, got 1e+39"]),
     (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
+    # Found before training, not by Lightning's loop (a ZeroDivisionError) or after an epoch.
+    (["--val_check_interval", "0"], 2, ["--val_check_interval 0 is out of range", "above 0.0"]),
+    (["--val_check_interval", "50"], 2, ["`val_check_interval` (50) must be less than or equal to", "batches (10)"]),
+    (
+        ["--callbacks+=EarlyStopping", "--callbacks.monitor=val_acc"],
+        2,
+        ["monitors 'val_acc'", "did you mean 'val/acc'"],
+    ),
+    (["--net", "helpers.NoWeights"], 2, ["the network NoWeights has no trainable parameters"]),
+    (["--logger", "WandbLogger", "--logger.project", "mnist"], 2, ["Requirement 'wandb", "pip install", "Install"]),
     # Only the data module knows how many batches there are: Lightning says it once the loaders exist (after its
     # banners), as one paragraph too (test_a_fraction_that_leaves_no_batch_is_one_paragraph_after_the_banners).
     (["--limit_train_batches", "0.00001", "--quiet", "false"], 2, ["check 1e-05 of the `train_dataloader`"]),
@@ -359,3 +369,15 @@ def test_a_validation_set_the_data_cannot_serve_is_a_usage_error_on_every_rung(f
     flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), "--val_size", "1200"]
     phrase = "val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 1200."
     assert_clean_failure(capsys, rung_main(flags), 2, [phrase], tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("formats", "phrase"),
+    [(["tflite"], "invalid choice: 'tflite' (choose from 'pt2', 'onnx')"), (["[pt2]"], "invalid choice")],
+)
+def test_export_formats_are_named_as_its_help_says(tmp_path, capsys, formats, phrase):
+    from mnist_lightning.export import main as export_main
+
+    code = export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--formats", *formats])
+    err = one_line(capsys.readouterr().err)
+    assert code == 2 and phrase in err and "Traceback" not in err and not (tmp_path / "exports").exists()

@@ -248,9 +248,7 @@ def test_export_gives_the_checkpoints_scores_for_the_datas_input_shape(run, tmp_
     case, exports = run.case, tmp_path / "exports"
     formats = ["pt2", "onnx"] if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxscript") else []
     succeeded(
-        script(
-            "export", "--ckpt_path", run.last, "--output_dir", str(exports), "--formats", json.dumps(formats or ["pt2"])
-        )
+        script("export", "--ckpt_path", run.last, "--output_dir", str(exports), "--formats", *(formats or ["pt2"]))
     )
     spec = json.loads((exports / "preprocessing.json").read_text())
     assert spec["input"]["shape"] == ["batch", *case.input_shape]
@@ -335,7 +333,7 @@ def test_export_a_network_whose_forward_argument_has_another_name(tmp_path, caps
     flags = ["--data", "own_data.Points", "--net", "own_data.MLP", "--max_epochs", "1", "--output_dir", str(folder)]
     assert train_main([*flags, "--batch_size", "32", *QUIET]) == 0
     last = str(folder / "checkpoints" / "last.ckpt")
-    assert export_main(["--ckpt_path", last, "--output_dir", str(tmp_path / "exports"), "--formats", "[pt2]"]) == 0
+    assert export_main(["--ckpt_path", last, "--output_dir", str(tmp_path / "exports"), "--formats", "pt2"]) == 0
     samples = torch.randn(3, 2)
     with torch.no_grad():
         expected = load_checkpoint(last).model.net.eval()(samples)

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import FAKE_VAL, one_line
+from helpers import FAKE_VAL, TINY_RUN, one_line
 from test_data_integrity import fake_data_with_sums
 
 from mnist_lightning.train import main
@@ -168,3 +168,13 @@ def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn)
     assert json.loads((run / "metrics.json").read_text())["epochs"] == stopped + 2
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10 * (stopped + 2)
     assert not [str(w.message) for w in recwarn if "Timer" in str(w.message)]
+
+
+def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option_corrected(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--data.data_dir", str(data), *TINY_RUN, "--output_dir", str(run)]
+    assert main([*flags, "--limit_test_batches", "0.0001"]) == 2  # less than one test batch: found after the fit
+    message = one_line(capsys.readouterr().err)
+    assert "limit_test_batches" in message and "keeps the trained epochs" in message and "Traceback" not in message
+    assert main(["--output_dir", str(run), "--ckpt_path", "last", "--limit_test_batches", "1.0"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None

@@ -39,7 +39,7 @@ def test_a_user_cnn_on_fashion_mnist_trains_evaluates_predicts_and_exports(tmp_p
     assert predict.main(["--ckpt_path", best, str(test_images), "--output", str(out), "--accelerator", "cpu"]) == 0
     assert len(out.read_text().strip().splitlines()) == FAKE_TEST + 1  # a header and one row per image
 
-    assert export.main(["--ckpt_path", best, "--output_dir", str(tmp_path / "export"), "--formats", "[pt2]"]) == 0
+    assert export.main(["--ckpt_path", best, "--output_dir", str(tmp_path / "export"), "--formats", "pt2"]) == 0
     exported = torch.export.load(tmp_path / "export" / "model.pt2").module()
     images = torch.randn(3, 1, 28, 28)
     best_net = load_checkpoint(best).model.net.eval()

@@ -66,6 +66,7 @@ RECORD = RUN_RECORD
 RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
 RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"}
 RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read
+RESUMABLE_CHANGES |= {"limit_test_batches"}  # how much of the test set a finished fit is tested on
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 
@@ -242,6 +243,12 @@ def check_ranges(config: Namespace) -> None:
         if (lowest is not None and value < lowest) or (highest is not None and value > highest):
             valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
             raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
+    interval = config.get("val_check_interval")
+    if interval is not None and not isinstance(interval, bool) and interval <= 0:
+        raise UserError(
+            f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
+            "1.0), or a number of training batches (1 or more)."
+        )
     for name in BATCH_LIMITS:
         value = config.get(name)
         if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
@@ -497,6 +504,7 @@ def build_in(run_dir: Path, resuming: bool, weights: str | None, config: Namespa
         load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
+    check_monitors(as_list(built.callbacks), model)
     trainer = build_trainer(built, run_dir, resuming)
     record_classes(model, datamodule, config)
     if trainer.is_global_zero:
@@ -508,6 +516,19 @@ def build_in(run_dir: Path, resuming: bool, weights: str | None, config: Namespa
         record.ckpt_path = weights
         build_parser().save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
     return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
+
+
+def check_monitors(callbacks: list, model: Classifier) -> None:
+    """A callback that monitors a metric the model does not log (Lightning would find out after an epoch)."""
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and monitor not in model.monitorable and not monitor.startswith("lr-"):
+            close = difflib.get_close_matches(monitor, model.monitorable, 1, 0.5)
+            raise UserError(
+                f"{type(callback).__name__} monitors {monitor!r}, which the model does not log"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; it logs {', '.join(model.monitorable)} during training (--callbacks.monitor NAME)."
+            )
 
 
 NETWORK_RULE = (
@@ -584,15 +605,21 @@ def build_classes(config: Namespace) -> Namespace:
         text = str(error)
         # jsonargparse lists the ways it tried to read the value (in an order that varies between its versions):
         # the class's own error is the one that is not about another type.
-        tried = re.findall(r"^  - (.*)", text, flags=re.MULTILINE)
-        reason = next((line for line in tried if not line.startswith(("Expected a", "Not a valid subclass"))), None)
+        # (each way with the lines indented under it: the class's own message may follow on them).
+        tried = [" ".join(way.split()) for way in re.findall(r"^  - (.*(?:\n {4,}.*)*)", text, flags=re.MULTILINE)]
+        tried = [re.sub(r"^Problem with given class_path '[^']+':\s*", "", way) for way in tried]
+        reason = next(
+            (way for way in tried if way and not way.startswith(("Expected a", "Not a valid subclass"))), None
+        )
         given = re.search(r"class_path='([^']+)'", text)
         flag = next((f"--{name}" for name in CLASS_OPTIONS if given and given[1] in str(config.get(name))), "--FLAG")
         what = f"{flag} {given[1]}" if given else "A class given by its class path"
-        raise UserError(
-            f"{what} could not be built: {(reason or first_line(error)).rstrip('.')}. Check the "
-            f"arguments given to it as {flag}.NAME VALUE."
-        ) from error
+        reason = (reason or first_line(error)).rstrip(".")
+        missing = re.search(r"pip install|No module named|not met", reason)  # a package it needs is not installed
+        advice = (
+            "Install what it needs, as said" if missing else f"Check the arguments given to it as {flag}.NAME VALUE"
+        )
+        raise UserError(f"{what} could not be built: {reason}. {advice}.") from error
 
 
 def refuse_empty_training(config: Namespace) -> None:

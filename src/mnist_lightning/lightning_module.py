@@ -49,6 +49,8 @@ class Classifier(LightningModule):
             keep the same keys with and without it.
     """
 
+    monitorable = ("train/loss", "val/loss", "val/acc")  # what it logs during fit, for callbacks to monitor
+
     def __init__(
         self,
         input_shape: tuple[int, ...],
@@ -186,3 +188,5 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
             f"the network {type(net).__name__} maps a batch of samples of shape {list(samples.shape)} to {got}; "
             f"it must give {expected}, one score per class for each sample"
         )
+    if not any(parameter.requires_grad for parameter in net.parameters()):
+        raise NetworkMismatchError(f"the network {type(net).__name__} has no trainable parameters: nothing to train")

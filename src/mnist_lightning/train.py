@@ -9,9 +9,13 @@ import os
 import signal
 import sys
 import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
@@ -19,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .callbacks import EpochHistory
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
-from .errors import WriteError, run_main
+from .errors import UserError, WriteError, run_main
 from .lightning_module import Classifier
 from .records import run_metrics, write_json
 from .workarounds import lightning_notes_ignored
@@ -39,7 +43,7 @@ def train(
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
-    with lightning_notes_ignored():
+    with lightning_notes_ignored(), lightning_refusals_as_errors():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     if trainer.global_step == 0:
@@ -89,13 +93,28 @@ def train(
     return metrics
 
 
+@contextmanager
+def lightning_refusals_as_errors() -> Iterator[None]:
+    """Settings that Lightning itself can only refuse once the data is known (a --val_check_interval longer than
+    an epoch, a callback monitoring a metric that is not logged): its message, without the traceback. Raised by a
+    line of Lightning's own, not by the model's or the data's code, whose errors keep their tracebacks."""
+    try:
+        yield
+    except (ValueError, RuntimeError) as error:
+        innermost = traceback.extract_tb(error.__traceback__)[-1].filename
+        if f"{os.sep}lightning{os.sep}pytorch{os.sep}" not in innermost:
+            raise
+        raise UserError(" ".join(str(error).split())) from error
+
+
 def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> None:
     tested = (
         f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f})"
         if metrics["test/acc"] is not None
         else "Not tested (--limit_test_batches 0)"
     )
-    contents = ", ".join(path.name + "/" * path.is_dir() for path in sorted(run_dir.iterdir()) if path not in plots)
+    shown = [path for path in sorted(run_dir.iterdir()) if path not in plots and not path.name.startswith(".")]
+    contents = ", ".join(path.name + "/" * path.is_dir() for path in shown)
     print(
         f"\n{tested} after {metrics['epochs']} epochs, fit in {metrics['fit_seconds']:.1f} s on "
         f"{metrics['devices']} x {metrics['accelerator']} ({metrics['precision']} precision).\n"
@@ -136,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         except WriteError as error:  # a full disk, say: what was kept, and how to go on once there is room
             where = where_the_run_stands(built[0] if built else None)
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
+            raise
+        except MisconfigurationException as error:  # a setting Lightning refused once the data was known
+            last = built[0].run_dir / "checkpoints" / "last.ckpt" if built else None
+            if last and last.is_file():  # after the fit (--limit_test_batches): the trained epochs are kept
+                error.args = (
+                    f"{str(error).rstrip('.')}. {last} keeps the trained epochs: add the corrected option to "
+                    f"`{resume_hint(built[0].run_dir)}` to test it.",
+                )
             raise
 
     def sigterm_stops(signum: int, frame: object) -> None:
