@@ -3,7 +3,7 @@
 
 import sys
 
-from mnist_lightning.errors import run_script
+from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(run_script("mnist_lightning.evaluate"))
+    sys.exit(run("mnist_lightning.evaluate"))

@@ -7,7 +7,7 @@ python scripts/export.py --ckpt_path runs/<run>/checkpoints/last.ckpt
 
 import sys
 
-from mnist_lightning.export import main
+from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("mnist_lightning.export"))

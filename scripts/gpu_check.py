@@ -7,7 +7,7 @@ benchmarks/results/gpu_check_gpu.json (or _cpu) and .md. See src/mnist_lightning
 
 import sys
 
-from mnist_lightning.errors import run_script
+from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(run_script("mnist_lightning.gpu_check"))
+    sys.exit(run("mnist_lightning.gpu_check"))

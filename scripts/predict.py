@@ -7,7 +7,7 @@ python scripts/predict.py --ckpt_path <ckpt> photos/ --output predictions.csv --
 
 import sys
 
-from mnist_lightning.predict import main
+from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run("mnist_lightning.predict"))

@@ -90,3 +90,15 @@ def test_a_training_run_imports_neither_tensorboard_nor_onnx(fake_mnist, tmp_pat
     assert (run_dir / "metrics.json").is_file()  # the run did train and test
     # A finished run draws its plots when matplotlib is installed: that is the one run that needs them.
     assert beyond_floor(after, floor, allowed=(PLOTS,)) == {}
+
+
+@pytest.mark.parametrize("script", ["train", "evaluate", "predict", "export", "devices"])
+def test_a_python_without_the_project_says_which_python_to_use(script):
+    """`python scripts/train.py` from a Python that lacks the project (here: without its site-packages, -S)."""
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-S", f"scripts/{script}.py", "--help"], cwd=root, capture_output=True, text=True
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "cannot import mnist_lightning: the project is not installed in it" in result.stderr
+    assert f"scripts/{script}.py --help" in result.stderr
