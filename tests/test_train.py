@@ -232,3 +232,21 @@ def test_a_terminal_gets_a_bar_and_no_epoch_lines(fake_mnist, tmp_path):
     assert returncode == 0, text[-3000:]
     assert "it/s" in text and "Epoch 1:" in text  # Lightning's TQDM bar, epochs counted from 0
     assert not re.search(r"^Epoch \d/2:", text, re.M)
+
+
+def test_ctrl_c_while_the_plots_are_drawn_says_the_run_is_complete(fake_mnist, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import mnist_lightning.plots
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mnist_lightning.plots, "save_plots", interrupted)
+    run = tmp_path / "run"
+    assert main(["--data.data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN]) == 130
+    message = one_line(capsys.readouterr().err)
+    assert "Stopped by Ctrl-C: after the run had finished" in message and "Traceback" not in message
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
+    monkeypatch.undo()
+    assert mnist_lightning.plots.main([str(run)]) == 0  # the command the message gives
+    assert (run / "curves.png").is_file() and (run / "confusion_matrix.png").is_file()

@@ -1,7 +1,14 @@
-"""PNG plots of a finished run: learning curves and the test confusion matrix (needs the plots extra)."""
+"""PNG plots of a finished run: learning curves and the test confusion matrix (needs the plots extra).
 
+``python -m mnist_lightning.plots <run folder>`` draws them again from its metrics.json (after a stop while they
+were being drawn, say).
+"""
+
+import json
+import sys
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 
@@ -39,3 +46,16 @@ def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) 
         figure.savefig(paths[-1], dpi=120)
         plt.close(figure)
     return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    run_dir = Path((argv if argv is not None else sys.argv[1:] or ["."])[0])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    confusion = metrics.get("test/confusion_matrix")
+    for path in save_plots(metrics["history"], torch.tensor(confusion) if confusion else None, run_dir):
+        print(f"Plot: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

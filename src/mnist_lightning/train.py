@@ -82,6 +82,8 @@ def train(
         batch_size=datamodule.hparams.batch_size,
         seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # what seed_everything set
     )
+    if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
+        metrics["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
         plots = []
@@ -186,7 +188,10 @@ def where_the_run_stands(training: Training | None) -> str:
     if training is None:
         return "before training started. Run the same command again to start it."
     if (training.run_dir / "metrics.json").is_file():
-        return f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results."
+        return (
+            f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results. To draw any plot "
+            f"missing: python -m mnist_lightning.plots {training.run_dir}"
+        )
     last = training.run_dir / "checkpoints" / "last.ckpt"
     if last.is_file():
         return f"{last} holds the epochs finished before. Resume with:\n  {resume_hint(training.run_dir)}"
