@@ -26,6 +26,9 @@ BAD_FLAGS = [
     (["--lr", "1e39"], 2, ["learning rate (lr) must be a positive number up to 3.4e+38, got 1e+39"]),
     (["--momentum", "-1"], 2, ["momentum must be a number >= 0, got -1.0"]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
+    (["--max_epochs", "-1"], 2, ["--max_epochs -1 trains without end", "--lr_schedule constant"]),
+    (["--min_epochs", "5"], 2, ["--min_epochs 5 is above --max_epochs 2"]),
+    (["--precision", "16-true", "--lr", "1e6"], 2, ["--lr 1000000.0 does not fit the 16-bit weights", "65504"]),
     # Found before training, not by Lightning's loop (a ZeroDivisionError) or after an epoch.
     (["--val_check_interval", "0"], 2, ["--val_check_interval 0 is out of range", "above 0.0"]),
     (["--val_check_interval", "50"], 2, ["`val_check_interval` (50) must be less than or equal to", "batches (10)"]),
@@ -142,8 +145,14 @@ def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_co
         ("- max_epochs\n- 3\n", ["bad.yaml holds a list"]),
         ("\xff\xfe", ["bad.yaml is not a text file"]),
         ("data:\n  init_args:\n    batch_size: 3\n", ["batch_size under data: init_args:", "top-level --batch_size"]),
+        (
+            "trainer:\n  max_epochs: 3\nmodel:\n  lr: 0.1\n",
+            ["LightningCLI's sections", "every option at the top level"],
+        ),
+        ("learning_rate: 0.1\n", ["learning_rate (did you mean lr?)"]),
     ],
-    ids=["duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary", "data batch_size"],
+    ids=["duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary", "data batch_size"]
+    + ["LightningCLI layout", "a synonym"],
 )
 def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
     (tmp_path / "bad.yaml").write_bytes(config_text.encode("latin-1"))

@@ -122,6 +122,13 @@ def test_a_diverged_run_stops_with_a_message_and_no_nan_records(data, tmp_path, 
     assert not run.exists()  # it diverged in its first epoch: no checkpoint, so no folder is left
 
 
+def test_a_run_diverged_by_16_bit_weights_is_told_to_change_the_precision(data, tmp_path, capsys):
+    diverging = ["--precision", "16-true", "--optimizer", "sgd", "--lr", "1e3", "--lr_schedule", "constant"]
+    code = main(flags(data, tmp_path / "run", *diverging))
+    message = one_line(capsys.readouterr().err)
+    assert code == 1 and "Training diverged" in message and "--precision 16-mixed or 32-true" in message
+
+
 def test_a_checkpoint_of_another_run_starts_a_new_run_from_its_weights(data, finished, tmp_path, recwarn):
     # Even from a run that has trained all its epochs: the new run trains its own, with its own settings.
     start = finished / "checkpoints" / "last.ckpt"

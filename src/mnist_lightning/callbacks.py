@@ -60,7 +60,13 @@ class EpochHistory(Callback):
             raise DivergedError(
                 f"Training diverged: the training loss of epoch {trainer.current_epoch} is {loss} "
                 f"(lr {hparams.get('lr')}, optimizer {hparams.get('optimizer')}). Nothing of that epoch was saved: "
-                "checkpoints/ holds the last weights that were finite, if any. Start a new run with a smaller --lr."
+                "checkpoints/ holds the last weights that were finite, if any. Start a new run with "
+                + (
+                    f"--precision {trainer.precision.replace('-true', '-mixed')} or 32-true: weights held in 16 bits "
+                    f"(--precision {trainer.precision}) overflow, whatever the learning rate."
+                    if trainer.precision in ("16-true", "bf16-true")
+                    else "a smaller --lr."
+                )
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
 

@@ -78,7 +78,7 @@ class ReadableHelp(DefaultHelpFormatter):
 
     def _get_help_string(self, action) -> str:
         text = re.sub(r", known subclasses: [^)]*", "", super()._get_help_string(action))
-        return re.sub(r"Default: [^.]*\.\s*", "", text)
+        return re.sub(r"Default: (``[^`]*``|[^.]*)\.\s*|Disabled by default \(None\)\.\s*", "", text)
 
     def format_help(self) -> str:
         return re.sub(r":\w+:`~?([^`]+)`", r"\1", super().format_help()).replace("``", "")
@@ -243,6 +243,22 @@ def check_ranges(config: Namespace) -> None:
         if (lowest is not None and value < lowest) or (highest is not None and value > highest):
             valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
             raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
+    endless = config.max_epochs == -1 and config.max_steps in (None, -1)
+    if endless and config.lr_schedule == "cosine":
+        raise UserError(
+            "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
+            "--max_epochs or --max_steps, or pass --lr_schedule constant."
+        )
+    if None not in (config.min_epochs, config.max_epochs) and 0 <= config.max_epochs < config.min_epochs:
+        raise UserError(
+            f"--min_epochs {config.min_epochs} is above --max_epochs {config.max_epochs}, which stops training first."
+        )
+    if str(config.precision) in ("16", "16-true") and config.lr > torch.finfo(torch.float16).max:
+        raise UserError(
+            f"--lr {config.lr} does not fit the 16-bit weights of --precision {config.precision} (at most "
+            f"{torch.finfo(torch.float16).max:g}): the optimizer could not apply it. Use a smaller --lr or another "
+            "--precision."
+        )
     interval = config.get("val_check_interval")
     if interval is not None and not isinstance(interval, bool) and interval <= 0:
         raise UserError(
@@ -289,6 +305,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+SYNONYMS = {"learning_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs", "gpus": "devices"}
+
+
 def check_config_file(path: Path, options: set[str]) -> None:
     """Read a config file before the parser does, so that each mistake in it is named with the file and line
     (jsonargparse says "<unicode string>" instead, and only "Unexpected config" for an empty file)."""
@@ -317,9 +336,16 @@ def check_config_file(path: Path, options: set[str]) -> None:
             f"The config file {path} holds a {type(content).__name__}, not `option: value` lines; {example}."
         )
     unknown = [str(key) for key in content if key not in options]
+    if {"trainer", "model"} & set(unknown):
+        raise UserError(
+            f"The config file {path} has LightningCLI's sections (trainer:, model:); this template's config is flat: "
+            f"every option at the top level (max_epochs: 20, lr: 0.01), the data module under data:. {example}."
+        )
     if unknown:
         guesses = [
-            f"{key} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, options, 1)) else key
+            f"{key} (did you mean {close[0]}?)"
+            if (close := [SYNONYMS[key]] if key in SYNONYMS else difflib.get_close_matches(key, options, 1))
+            else key
             for key in unknown
         ]
         raise UserError(

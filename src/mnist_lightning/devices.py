@@ -1,12 +1,13 @@
 """What PyTorch can run on here, what Lightning will pick, and why a GPU is not used."""
 
+import argparse
 import logging
 import os
 import sys
 
 import torch
 
-from .errors import UserError
+from .errors import UserError, run_main
 
 GPU_ACCELERATORS = ("gpu", "cuda")
 
@@ -124,9 +125,9 @@ def report() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    print(report())
-    return 0
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="devices.py", description=__doc__).parse_args(argv)
+    return run_main(lambda: print(report()))
 
 
 if __name__ == "__main__":

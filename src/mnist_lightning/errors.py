@@ -104,6 +104,9 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
     except KeyboardInterrupt:  # Ctrl-C outside training (start-up, testing): nothing to save there
         print("\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit
+        return 1
     finally:
         from .records import release  # here: this module is imported before torch (see run_script)
 

@@ -22,11 +22,18 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--data", type=dict, default={}, help="The data module's arguments to change, e.g. --data.data_dir other/."
     )
-    parser.add_argument("--batch_size", type=int | None, default=None, help="Default: the training batch size.")
+    parser.add_argument(
+        "--batch_size", type=int | None, default=None, help="Samples per batch (unless given, the training run's)."
+    )
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
-    parser.add_argument("--devices", type=int | str, default=1)
+    parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
-    parser.add_argument("--output_dir", type=str | None, default=None, help="Default: a new folder under runs/.")
+    parser.add_argument(
+        "--output_dir",
+        type=str | None,
+        default=None,
+        help="The folder for metrics.json (unless given, a new one under runs/).",
+    )
     return parser
 
 

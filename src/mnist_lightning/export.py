@@ -26,7 +26,12 @@ def build_parser() -> ArgumentParser:
         prog="export.py", description=__doc__.splitlines()[0], exit_on_error=False, formatter_class=ReadableHelp
     )
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
-    parser.add_argument("--output_dir", type=str | None, default=None, help="Default: exports/ beside the checkpoint.")
+    parser.add_argument(
+        "--output_dir",
+        type=str | None,
+        default=None,
+        help="Where the files go (unless given, exports/ beside the checkpoint).",
+    )
     parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS), help="pt2, onnx or both.")
     return parser
 
