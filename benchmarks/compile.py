@@ -13,14 +13,19 @@ rungs are checked for bit-identical results.
 """
 
 import argparse
+import importlib.util
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from mnist_lightning.compare import NAMES, compare
-from mnist_lightning.compare import build_parser as compare_parser
 from mnist_lightning.records import write_json
 
 RESULTS = Path(__file__).parent / "results"
+# scripts/compare.py stands on its own, outside the package: loaded from its file.
+_spec = importlib.util.spec_from_file_location(
+    "compare", Path(__file__).resolve().parents[1] / "scripts" / "compare.py"
+)
+compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare)
 
 
 def main() -> None:
@@ -37,7 +42,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for compiled in (False, True) if repeat % 2 == 0 else (True, False):
                 flags = [*settings, "--compile", str(compiled).lower(), "--output_dir", f"{tmp}/{compiled}_{repeat}"]
-                runs[compiled].append(compare(compare_parser().parse_args(flags)))
+                runs[compiled].append(compare.compare(compare.parse_args(flags)))
 
     def best(compiled: bool, rung: str, key: str) -> float:
         return min(run["rungs"][rung][key] for run in runs[compiled])
@@ -68,7 +73,7 @@ def main() -> None:
     ]
     for rung, row in rows.items():
         lines.append(
-            f"| {NAMES[rung]} | {row['epoch_seconds']:.3f} s | {row['compiled_epoch_seconds']:.3f} s | "
+            f"| {compare.NAMES[rung]} | {row['epoch_seconds']:.3f} s | {row['compiled_epoch_seconds']:.3f} s | "
             f"{row['compiled_first_epoch_extra_seconds']:.2f} s | {row['wall_seconds']:.1f} s | "
             f"{row['compiled_wall_seconds']:.1f} s | {row['compiled_wall_seconds'] - row['wall_seconds']:+.1f} s |"
         )

@@ -11,8 +11,6 @@
    ``scripts/compare.py`` (same seed, data and flags; the Trainer without progress bar, as the others print one
    line per epoch): whole process and median epoch (epoch 0, the warm-up, left out), ratios to plain.
 3. ``batch64``: the same at batch 64 (3 epochs), where the per-step costs dominate.
-4. ``data_path``: the plain loop at batch 64 through torchvision's per-sample pipeline (a PIL image, ToTensor and
-   Normalize per sample, in a DataLoader) against the template's tensor pipeline (epoch 1 of 2).
 
 Each group's processes take turns (A B C, then C B A, ...), so a machine getting busier or quieter affects every
 side alike. Figures are medians over the repeats, with the best (least disturbed) run beside them; ratios are
@@ -22,6 +20,7 @@ taken between medians, and between bests. The machine's load average is recorded
 import argparse
 import fcntl
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -40,18 +39,22 @@ from tempfile import TemporaryDirectory
 
 import torch
 
-from mnist_lightning.compare import build_parser as compare_parser
-from mnist_lightning.compare import differences, run_rung, rung_flags
 from mnist_lightning.records import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
+# scripts/compare.py stands on its own, outside the package: its building blocks are loaded from the file.
+_spec = importlib.util.spec_from_file_location("compare", ROOT / "scripts" / "compare.py")
+compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare)
 RESULTS = Path(__file__).parent / "results"
 FLOOR = [sys.executable, "-c", "import lightning, jsonargparse"]
 # What the plain rung imports: torch and torchvision (and numpy), without Lightning.
 TORCH_FLOOR = [sys.executable, "-c", "import torch, torchvision"]
 # The plain rung's very process with ``import lightning`` first: the least any Lightning rung can take, since
 # Fabric and the Trainer do the plain loop's work and import Lightning too.
-PLAIN_AFTER_IMPORT = "import lightning, runpy; runpy.run_module('mnist_lightning.plain_pytorch', run_name='__main__')"
+PLAIN_AFTER_IMPORT = (
+    f"import lightning, runpy; runpy.run_path({str(ROOT / 'scripts' / 'train_pytorch.py')!r}, run_name='__main__')"
+)
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "numpy", "matplotlib", "rich")
 
 
@@ -180,15 +183,15 @@ def rungs(args, work: Path, *flags: str) -> dict:
     """Plain, Fabric and Trainer in alternated processes: whole process and median epoch, ratios to plain. At the
     defaults also the plain process after ``import lightning`` (``plain+import``), the least a Lightning rung
     can take."""
-    settings = compare_parser().parse_args(["--data_dir", args.data_dir, *flags])
+    settings = compare.build_parser().parse_args(["--data_dir", args.data_dir, *flags])
     names = ["plain", "plain+import", "fabric", "trainer"] if not flags else ["plain", "fabric", "trainer"]
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for repeat, name in alternated(names, args.repeats):
         cpu_before = children_cpu_seconds()
         if name == "plain+import":
-            run = plain_after_lightning_import(rung_flags(settings, "plain"), work / f"plain_import_{repeat}")
+            run = plain_after_lightning_import(compare.rung_flags(settings, "plain"), work / f"plain_import_{repeat}")
         else:
-            run = run_rung(name, rung_flags(settings, name), work / f"{name}_{repeat}")
+            run = compare.run_rung(name, compare.rung_flags(settings, name), work / f"{name}_{repeat}")
         runs[name].append(run | {"cpu_seconds": children_cpu_seconds() - cpu_before})
     result: dict = {
         "command": "python scripts/compare.py " + shlex.join(["--data_dir", args.data_dir, *flags]),
@@ -201,7 +204,6 @@ def rungs(args, work: Path, *flags: str) -> dict:
             "wall_seconds": spread([run["wall_seconds"] for run in rung_runs]),
             "cpu_seconds": spread([run["cpu_seconds"] for run in rung_runs]),
             "test/acc": rung_runs[0]["test/acc"],
-            "peak_host_mb": max(run["peak_host_mb"] for run in rung_runs),
         }
     plain = result["rungs"]["plain"]
     result["ratios_to_plain"] = {
@@ -214,30 +216,9 @@ def rungs(args, work: Path, *flags: str) -> dict:
         if name != "plain"
     }
     result["parity_with_plain"] = {
-        name: differences(runs["plain"][0], runs[name][0], "plain", name) for name in ("fabric", "trainer")
+        name: compare.differences(runs["plain"][0], runs[name][0], "plain", name) for name in ("fabric", "trainer")
     }
     return result
-
-
-def data_path(args, work: Path) -> dict:
-    """Epoch 1 of 2 of the plain loop at batch 64 through each pipeline, alternated."""
-    cases = {
-        "per_sample, 0 workers": ["--pipeline", "per_sample"],
-        "per_sample, 2 workers": ["--pipeline", "per_sample", "--num_workers", "2"],
-        "tensor": ["--pipeline", "tensor"],
-    }
-    flags = ["--data_dir", args.data_dir, "--batch_size", "64", "--max_epochs", "2", "--device", "cpu"]
-    seconds: dict[str, list[float]] = {name: [] for name in cases}
-    for repeat, name in alternated(list(cases), args.data_path_repeats):
-        folder = work / f"{name.replace(', ', '_').replace(' ', '')}_{repeat}"
-        seconds[name].append(run_rung("plain", [*flags, *cases[name]], folder)["history"][1]["seconds"])
-    summary = {name: spread(values) for name, values in seconds.items()}
-    tensor = summary["tensor"]
-    return {
-        "command": "python scripts/train_pytorch.py " + shlex.join(flags) + " --pipeline per_sample|tensor",
-        "epoch_seconds": summary,
-        "speedup": {kind: summary["per_sample, 0 workers"][kind] / tensor[kind] for kind in ("median", "best")},
-    }
 
 
 def machine() -> dict:
@@ -326,15 +307,6 @@ def markdown(results: dict) -> str:
                 f"{summary['epoch_seconds']['median']:.3f} | {ratios['epoch_median']:.2f}x |"
             )
         lines.append("")
-    if "data_path" in results:
-        result = results["data_path"]
-        lines += ["Data path, plain loop at batch 64:", "", "| pipeline | epoch (s) |", "|---|---|"]
-        for name, summary in result["epoch_seconds"].items():
-            lines.append(f"| {name} | {summary['median']:.2f} ({summary['best']:.2f}) |")
-        speedup = result["speedup"]
-        lines.append(
-            f"| speed-up, per-sample (0 workers) / tensor | {speedup['median']:.1f}x ({speedup['best']:.1f}x) |"
-        )
     return "\n".join(lines)
 
 
@@ -342,8 +314,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", required=True, help="a writable folder holding MNIST/raw/")
     parser.add_argument("--repeats", type=int, default=5, help="alternated runs of each process (default: 5)")
-    parser.add_argument("--data_path_repeats", type=int, default=3, help="runs of each data pipeline (default: 3)")
-    groups = ["floor", "defaults", "batch64", "data_path"]
+    groups = ["floor", "defaults", "batch64"]
     parser.add_argument("--only", nargs="+", choices=groups, default=groups, help="measure only these groups")
     parser.add_argument(
         "--threads",
@@ -368,7 +339,6 @@ def main() -> None:
         "floor": lambda work: floor(args, work),
         "defaults": lambda work: rungs(args, work),
         "batch64": lambda work: rungs(args, work, "--batch_size", "64", "--max_epochs", "3"),
-        "data_path": lambda work: data_path(args, work),
     }
     with TemporaryDirectory() as tmp:
         for name in args.only:

@@ -4,9 +4,10 @@
     python benchmarks/step_cost.py --data_dir <MNIST root> --batch_size 64 --repeats 5
     # writes benchmarks/results/step_cost_cpu.json; --accelerator gpu: step_cost_gpu.json
 
-Every configuration trains SimpleNN on the same device-resident batches with the same optimizer and schedule;
-each is timed over the training batches of an epoch only (from the epoch's start to the start of its
-validation), epoch 0 (warm-up) left out. The Lightning rows add one feature at a time, from a bare Trainer
+Every configuration trains SimpleNN on MNIST's training batches (the plain and Fabric loops from the rungs' own
+DataLoader, the Trainer rows from MNISTDataModule) with the same optimizer and schedule; each is timed over the
+training batches of an epoch only (from the epoch's start to the start of its validation), epoch 0 (warm-up) left
+out. The Lightning rows add one feature at a time, from a bare Trainer
 (``training_step`` returns the loss; no logger, checkpoints, progress bar or summary) up to the template's own
 Trainer as ``scripts/train.py`` builds it (``cli.build_training``), so the difference between neighbouring rows
 is what a feature costs per step. Only public Lightning API is used: Trainer arguments, callbacks, loggers.
@@ -24,6 +25,7 @@ import cProfile
 import fcntl
 import functools
 import gc
+import importlib.util
 import os
 import pstats
 import pty
@@ -45,8 +47,8 @@ from lightning.fabric import Fabric
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, DistributedSampler
 
-from mnist_lightning import plain_pytorch, train_fabric
 from mnist_lightning.callbacks import EpochHistory, ScheduleLength, ThrottledBar
 from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from mnist_lightning.cli import build_training, parse_args
@@ -57,6 +59,13 @@ from mnist_lightning.optim import build_optimizer, build_schedule
 from mnist_lightning.records import write_json
 
 RESULTS = Path(__file__).parent / "results"
+# The plain and Fabric rungs stand on their own, outside the package: their data function is loaded from the file.
+_spec = importlib.util.spec_from_file_location(
+    "train_pytorch", Path(__file__).parents[1] / "scripts" / "train_pytorch.py"
+)
+plain_rung = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(plain_rung)
+PLAIN_ROW = "plain PyTorch loop (scripts/train_pytorch.py's, in 32-bit precision)"
 Clocks = list[tuple[float, float]]  # (wall, CPU) seconds of each epoch's training batches
 
 
@@ -187,9 +196,12 @@ def terminal() -> Iterator[None]:
         os.close(saved[1])
 
 
-def plain_args(args, module) -> argparse.Namespace:
-    flags = ["--data_dir", args.data_dir, "--batch_size", str(args.batch_size), "--max_epochs", str(args.epochs)]
-    return module.build_parser().parse_args(flags)
+def rung_loader(args, fabric: Fabric | None = None) -> DataLoader:
+    """The training batches as the plain and Fabric rungs make them (seed 42, validation set 5,000)."""
+    train_set = plain_rung.mnist(args.data_dir, 5_000, 0)[0]
+    world_size, rank = (fabric.world_size, fabric.global_rank) if fabric else (1, 0)
+    sampler = DistributedSampler(train_set, world_size, rank, shuffle=True, seed=42)
+    return DataLoader(train_set, args.batch_size, sampler=sampler)
 
 
 def timed_epochs(train_epoch: Callable[[], object], loader, epochs: int, profile: cProfile.Profile | None) -> Clocks:
@@ -208,30 +220,56 @@ def timed_epochs(train_epoch: Callable[[], object], loader, epochs: int, profile
 
 
 def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
-    """The plain loop of plain_pytorch.py: its train_epoch, epoch after epoch."""
-    settings = plain_args(args, plain_pytorch)
+    """The loop of scripts/train_pytorch.py at 32-true (without its autocast and scaler, off there), epoch after
+    epoch: batches copied to the device by hand."""
     device = torch.device("cuda" if args.accelerator == "gpu" else "cpu")
-    loaders = plain_pytorch.build_loaders(settings, device)
+    loader = rung_loader(args)
     torch.manual_seed(42)
     model = SimpleNN(MNISTDataModule.input_shape, MNISTDataModule.num_classes).to(device)
     optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
-    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
-    train = functools.partial(plain_pytorch.train_epoch, model, loaders["train"], optimizer, schedule, device)
-    return timed_epochs(train, loaders["train"], args.epochs, profile)
+    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loader))
+
+    def train_epoch() -> float:
+        model.train()
+        loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device)
+        for images, labels in loader:
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            losses = F.cross_entropy(model(images), labels, reduction="none")
+            optimizer.zero_grad()
+            losses.mean().backward()
+            optimizer.step()
+            schedule.step()
+            loss_sum += losses.detach().sum()
+            count += len(labels)
+        return (loss_sum / count).item()
+
+    return timed_epochs(train_epoch, loader, args.epochs, profile)
 
 
 def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
-    """The loop of train_fabric.py: its train_epoch with Fabric's backward and the model Fabric set up."""
-    settings = plain_args(args, train_fabric)
+    """The loop of scripts/train_fabric.py: Fabric moves the batches and runs the backward pass."""
     fabric = Fabric(accelerator=args.accelerator, devices=1)
-    loaders = train_fabric.build_loaders(settings, fabric)
+    loader = fabric.setup_dataloaders(rung_loader(args, fabric), use_distributed_sampler=False)
     torch.manual_seed(42)
     model = SimpleNN(MNISTDataModule.input_shape, MNISTDataModule.num_classes)
     optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
-    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loaders["train"]))
+    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loader))
     model, optimizer = fabric.setup(model, optimizer)
-    train = functools.partial(train_fabric.train_epoch, model, loaders["train"], optimizer, schedule, fabric)
-    return timed_epochs(train, loaders["train"], args.epochs, profile)
+
+    def train_epoch() -> float:
+        model.train()
+        loss_sum, count = torch.zeros((), device=fabric.device), torch.zeros((), device=fabric.device)
+        for images, labels in loader:
+            losses = F.cross_entropy(model(images), labels, reduction="none")
+            optimizer.zero_grad()
+            fabric.backward(losses.mean())
+            optimizer.step()
+            schedule.step()
+            loss_sum += losses.detach().sum()
+            count += len(labels)
+        return (fabric.all_reduce(loss_sum, reduce_op="sum") / fabric.all_reduce(count, reduce_op="sum")).item()
+
+    return timed_epochs(train_epoch, loader, args.epochs, profile)
 
 
 def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | None = None, **change) -> Clocks:
@@ -307,8 +345,8 @@ class ProfiledClock(TrainingClock):
 
 def configurations() -> dict[str, tuple[Callable, bool]]:
     """Row name: (what runs it, whether Lightning's NVML-based CUDA check is on, as in a Lightning process)."""
-    rows: dict[str, tuple[Callable, bool]] = {"plain PyTorch loop (plain_pytorch.train_epoch)": (plain_epochs, False)}
-    rows["Fabric loop (train_fabric.train_epoch)"] = (fabric_epochs, True)
+    rows: dict[str, tuple[Callable, bool]] = {PLAIN_ROW: (plain_epochs, False)}
+    rows["Fabric loop (scripts/train_fabric.py's)"] = (fabric_epochs, True)
     for level, (name, _) in enumerate(TRAINER_ROWS):
         rows[name] = (functools.partial(trainer_epochs, level), True)
     for variant, name in enumerate(TEMPLATE_ROWS):
@@ -365,8 +403,7 @@ def main() -> None:
             epochs = run_row(rows[name], args)[1:]  # epoch 0 (warm-up) left out
             runs[name].append(tuple(statistics.median(clock) for clock in zip(*epochs, strict=True)))
     steps = -(-(60_000 - 5_000) // args.batch_size)  # MNIST's training images less the validation set
-    plain_row = "plain PyTorch loop (plain_pytorch.train_epoch)"
-    plain = [statistics.median(clock) for clock in zip(*runs[plain_row], strict=True)]
+    plain = [statistics.median(clock) for clock in zip(*runs[PLAIN_ROW], strict=True)]
     bare = [statistics.median(clock) for clock in zip(*runs[TRAINER_ROWS[0][0]], strict=True)]
     table = {}
     for name, values in runs.items():

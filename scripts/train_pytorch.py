@@ -1,12 +1,166 @@
 #!/usr/bin/env python
-"""The plain-PyTorch rung, devices by hand: `python scripts/train_pytorch.py --device cuda`.
+"""Train SimpleNN on MNIST in plain PyTorch, every device detail by hand: `python scripts/train_pytorch.py`.
 
-Same model, data, split, defaults and seed as scripts/train.py; see src/mnist_lightning/plain_pytorch.py.
+The first rung of the ladder. scripts/train_fabric.py is this program with Lightning Fabric doing the device work
+(`sdiff scripts/train_pytorch.py scripts/train_fabric.py` shows what changes), and scripts/train.py hands the loop
+to Lightning's Trainer. From the same flags, the three train on the same batches with the same arithmetic and end
+with bit-identical weights on the CPU with --deterministic: `python scripts/compare.py` runs them side by side.
 """
 
+import argparse
+import json
+import os
 import sys
+import time
+from pathlib import Path
 
-from mnist_lightning.errors import run_script
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torchvision.datasets import MNIST
+
+from mnist_lightning.model import SimpleNN
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    parser.add_argument("--precision", choices=["32-true", "16-mixed", "bf16-mixed"], default="32-true")
+    # The options of scripts/train.py, with its names and defaults.
+    parser.add_argument("--data_dir", default="data", help="where MNIST is, or is downloaded to")
+    parser.add_argument("--output_dir", help="the run folder (default: a new folder under runs/)")
+    parser.add_argument("--val_size", type=int, default=5000, help="training images held out for validation")
+    parser.add_argument("--split_seed", type=int, default=0, help="seed of the split: the same validation set")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the initial weights and the batches' order")
+    parser.add_argument("--max_epochs", type=int, default=12)
+    parser.add_argument("--batch_size", type=int, default=4096)
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    parser.add_argument("--lr", type=float, default=0.02, help="peak learning rate")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD's momentum")
+    parser.add_argument("--weight_decay", type=float, default=0.0)
+    parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine")
+    on_off = {"choices": ["true", "false"], "nargs": "?", "const": "true", "default": "false"}
+    parser.add_argument("--deterministic", **on_off, help="deterministic algorithms only")
+    parser.add_argument("--compile", **on_off, help="compile the network with torch.compile")
+    parser.add_argument("--float32_matmul_precision", choices=["highest", "high", "medium"], default="high")
+    args = parser.parse_args()
+    if min(args.max_epochs, args.batch_size, args.val_size) < 1:
+        parser.error("--max_epochs, --batch_size and --val_size must be at least 1")
+    return args
+
+
+def mnist(data_dir: str, val_size: int, split_seed: int) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
+    """The training, validation and test sets, downloaded by torchvision unless they are there."""
+    sets = []
+    for train in (True, False):
+        raw = MNIST(data_dir, train=train, download=True)
+        # ToTensor and Normalize with MNIST's mean and standard deviation, for all images at once.
+        sets.append((raw.data.unsqueeze(1).float().div(255).sub(0.1307).div(0.3081), raw.targets))
+    (images, labels), (test_images, test_labels) = sets
+    if val_size >= len(labels):
+        raise ValueError(f"--val_size must be below {len(labels)}, the number of training images")
+    # A split of its own seed: the validation set stays the same whatever --seed is.
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(split_seed))
+    train, val, test = order[val_size:], order[:val_size], TensorDataset(test_images, test_labels)
+    return TensorDataset(images[train], labels[train]), TensorDataset(images[val], labels[val]), test
+
+
+@torch.no_grad()
+def evaluate(model, loader: DataLoader, device: torch.device, autocast: torch.autocast) -> tuple[float, float]:
+    """Mean loss and accuracy over a data set."""
+    model.eval()
+    loss_sum, correct, count = (torch.zeros((), device=device) for _ in range(3))
+    for images, labels in loader:
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with autocast:
+            logits = model(images)
+            loss_sum += F.cross_entropy(logits, labels, reduction="none").sum()
+        correct += (logits.argmax(dim=1) == labels).sum()
+        count += len(labels)
+    return (loss_sum / count).item(), (correct / count).item()  # .item() waits for the device
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    device = torch.device(args.device)
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise RuntimeError(f"--device {args.device}: PyTorch sees {torch.cuda.device_count()} GPU(s); use --device cpu")
+    # Mixed precision by hand: autocast runs the forward pass in 16 bits where that is safe, and the scaler scales
+    # the loss up so that small float16 gradients do not round to zero (and the gradients back down for the step).
+    half = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}.get(args.precision)
+    autocast = torch.autocast(device.type, dtype=half, enabled=half is not None)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "16-mixed")
+    run_dir = Path(args.output_dir or time.strftime("runs/%Y-%m-%d_%H-%M-%S"))
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        raise ValueError(f"{run_dir} holds an earlier run's files: pass a new --output_dir, or none for a new folder")
+    if args.deterministic == "true":  # on a GPU, cuBLAS needs this workspace setting for deterministic results
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    torch.set_float32_matmul_precision(args.float32_matmul_precision)
+
+    train_set, val_set, test_set = mnist(args.data_dir, args.val_size, args.split_seed)
+    # One replica: every epoch a new order, torch.randperm seeded with seed + epoch, as Lightning's sampler does.
+    sampler = DistributedSampler(train_set, num_replicas=1, rank=0, shuffle=True, seed=args.seed)
+    train_loader = DataLoader(train_set, args.batch_size, sampler=sampler)
+    val_loader, test_loader = DataLoader(val_set, args.batch_size), DataLoader(test_set, args.batch_size)
+
+    torch.manual_seed(args.seed)  # right before the model: the same initial weights on every rung
+    model = SimpleNN((1, 28, 28), 10).to(device)
+    if args.compile == "true":  # in place, so the weights keep their names; dynamic: the last batch is shorter
+        model.compile(dynamic=True)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), args.lr, weight_decay=args.weight_decay)
+    if args.lr_schedule == "cosine":  # stepped after every optimizer step, down to 0 at the end of the run
+        steps = max(args.max_epochs * len(train_loader), 1)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    else:
+        schedule = torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
+
+    history, best_val_acc, start = [], -1.0, time.perf_counter()
+    for epoch in range(args.max_epochs):
+        epoch_start = time.perf_counter()
+        model.train()
+        sampler.set_epoch(epoch)  # the order of this epoch
+        loss_sum, count = torch.zeros((), device=device), torch.zeros((), device=device)
+        for images, labels in train_loader:
+            # Copied without waiting for the copy, as Fabric and the Trainer copy batches: the GPU queues it in order.
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with autocast:
+                losses = F.cross_entropy(model(images), labels, reduction="none")
+            optimizer.zero_grad()
+            scaler.scale(losses.mean()).backward()
+            scaler.step(optimizer)  # skipped if the scaled gradients overflowed
+            scaler.update()
+            schedule.step()
+            loss_sum += losses.detach().sum()  # summed on the device: no waiting for it at every step
+            count += len(labels)
+        train_loss = (loss_sum / count).item()
+        val_loss, val_acc = evaluate(model, val_loader, device, autocast)
+        row = {"epoch": epoch, "seconds": time.perf_counter() - epoch_start, "train/loss": train_loss}
+        history.append(row | {"val/loss": val_loss, "val/acc": val_acc})
+        print(f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}")
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        torch.save(state, run_dir / "checkpoints" / "last.pt")
+        if val_acc > best_val_acc:  # the epoch that did best on validation is the one tested, as on every rung
+            best_val_acc = val_acc
+            torch.save(state, run_dir / "checkpoints" / "best.pt")
+    fit_seconds = time.perf_counter() - start
+
+    best = torch.load(run_dir / "checkpoints" / "best.pt", map_location=device, weights_only=True)
+    model.load_state_dict(best["model"])
+    test_loss, test_acc = evaluate(model, test_loader, device, autocast)
+    metrics = {**vars(args), "fit_seconds": fit_seconds, "best_val/acc": best_val_acc, "history": history}
+    metrics |= {"accelerator": device.type, "test/loss": test_loss, "test/acc": test_acc}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    print(f"Test accuracy {100 * test_acc:.2f} % (loss {test_loss:.4f}) on {device}; run folder: {run_dir}")
+
 
 if __name__ == "__main__":
-    sys.exit(run_script("mnist_lightning.plain_pytorch"))
+    try:
+        main(parse_args())
+    except (ImportError, OSError, RuntimeError, TypeError, ValueError) as error:  # a setting that cannot work
+        sys.exit(f"Error: {' '.join(str(error).split())}")

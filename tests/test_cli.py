@@ -200,7 +200,7 @@ def test_resume_refuses_options_that_would_mix_two_configurations(fake_mnist, tm
     assert "--lr 0.02 -> 0.5" in err and "--batch_size 100 -> 7" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("script", ["train.py", "train_pytorch.py", "evaluate.py"])
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py"])
 def test_ctrl_c_during_start_up_is_not_a_traceback(script):
     # Sent while Python imports torch and Lightning (or, on a fast machine, just after): either way the
     # script ends quietly with the shell's status for Ctrl-C.

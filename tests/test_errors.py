@@ -9,9 +9,7 @@ import torch
 from helpers import TINY_RUN, one_line
 from torchvision.datasets import MNIST
 
-from mnist_lightning.plain_pytorch import main as plain_main
 from mnist_lightning.train import main
-from mnist_lightning.train_fabric import main as fabric_main
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
@@ -151,8 +149,10 @@ def test_bad_flags(fake_mnist, tmp_path, capsys, monkeypatch, flags, expected_co
         ),
         ("learning_rate: 0.1\n", ["learning_rate (did you mean lr?)"]),
     ],
-    ids=["duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary", "data batch_size"]
-    + ["LightningCLI layout", "a synonym"],
+    ids=[
+        *("duplicate key", "malformed", "unknown key", "empty", "comments only", "a list", "binary"),
+        *("data batch_size", "LightningCLI layout", "a synonym"),
+    ],
 )
 def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
     (tmp_path / "bad.yaml").write_bytes(config_text.encode("latin-1"))
@@ -297,28 +297,6 @@ def test_a_text_file_as_checkpoint_gets_no_advice_to_unpickle(fake_mnist, tmp_pa
     assert "weights_only=False" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("rung", ["plain_pytorch", "train_fabric"])
-@pytest.mark.parametrize(
-    ("flags", "phrase"),
-    [
-        (["--batch_size", "0"], "--batch_size: 0 is out of range: it must be at least 1"),
-        (["--lr", "nan"], "--lr: nan is not a finite number"),
-        (["--lr", "1e39"], "--lr: 1e39 is out of range: it must be above 0 and at most 3.4"),
-        (["--seed", "-1"], "--seed: -1 is out of range"),
-        (["--max_epochs", "0"], "--max_epochs: 0 is out of range"),
-        (["--num_workers", "100000"], "--num_workers: 100000 is out of range"),
-        (["--no_such_flag"], "Unrecognized arguments: --no_such_flag"),
-    ],
-)
-def test_the_other_rungs_refuse_the_same_mistakes(fake_mnist, tmp_path, capsys, rung, flags, phrase):
-    import importlib
-
-    main_of_rung = importlib.import_module(f"mnist_lightning.{rung}").main
-    code = main_of_rung(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *flags])
-    assert_clean_failure(capsys, code, 2, [phrase], tmp_path / "run")
-    assert "usage:" not in capsys.readouterr().err
-
-
 def test_evaluate_reports_a_bad_command_line_in_one_paragraph(capsys):
     from mnist_lightning.evaluate import main as evaluate_main
 
@@ -362,22 +340,10 @@ def test_a_networks_warnings_are_shown_only_when_the_network_is_accepted(fake_mn
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
-@pytest.mark.parametrize("rung", ["trainer", "fabric"])
-def test_an_accelerator_whose_package_is_missing_is_one_message(fake_mnist, tmp_path, capsys, rung):
+def test_an_accelerator_whose_package_is_missing_is_one_message(fake_mnist, tmp_path, capsys):
     # Lightning knows "tpu" but needs torch_xla for it, and raises an ImportError as it builds the accelerator.
-    flags = ["--accelerator", "tpu"]
-    if rung == "trainer":
-        code = run(fake_mnist, tmp_path / "run", *flags)
-    else:
-        code = fabric_main(["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *flags])
+    code = run(fake_mnist, tmp_path / "run", "--accelerator", "tpu")
     assert_clean_failure(capsys, code, 2, ["need a package that is not installed", "torch_xla"], tmp_path / "run")
-
-
-@pytest.mark.parametrize("rung_main", [plain_main, fabric_main], ids=["plain", "fabric"])
-def test_a_validation_set_the_data_cannot_serve_is_a_usage_error_on_every_rung(fake_mnist, tmp_path, capsys, rung_main):
-    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), "--val_size", "1200"]
-    phrase = "val_size must be between 1 and 1199 for this dataset (it has 1200 training images), got 1200."
-    assert_clean_failure(capsys, rung_main(flags), 2, [phrase], tmp_path / "run")
 
 
 @pytest.mark.parametrize(

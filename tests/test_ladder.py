@@ -1,59 +1,98 @@
-"""The ladder: plain PyTorch -> Fabric -> Trainer. Fabric's file differs from the plain one only in marked device
-lines; from the same seed, all three end with bit-identical weights and losses; --compile works on each rung
-and leaves checkpoints loadable with and without it."""
+"""The ladder: plain PyTorch -> Fabric -> Trainer. scripts/train_pytorch.py and scripts/train_fabric.py each stand on
+their own (torch, torchvision, Lightning and the network); Fabric's is the shorter and differs from the plain one in
+its device lines only; from the same seed the rungs end with bit-identical weights and losses, compiled or not;
+a mistake ends in one line on stderr, without a traceback."""
 
+import ast
 import difflib
+import importlib.util
 import json
+import os
+import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import FAKE_VAL, train_run
 
-from mnist_lightning import compare, plain_pytorch, train_fabric
 from mnist_lightning.checkpoints import load_checkpoint
 from mnist_lightning.model import SimpleNN
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "mnist_lightning"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+RUNG_FILES = {"plain": SCRIPTS / "train_pytorch.py", "fabric": SCRIPTS / "train_fabric.py"}
 # Not the defaults on purpose: SGD with momentum, a constant schedule, a batch that leaves a short last batch
 # (1,000 training images / 64), a learning rate small enough that the losses stay far from zero.
 FLAGS = ["--batch_size", "64", "--max_epochs", "3", "--seed", "3"]
 FLAGS += ["--optimizer", "sgd", "--lr", "0.003", "--lr_schedule", "constant", "--deterministic", "true"]
+# A line of Fabric's file that is not in the plain one, or the other way round, belongs to a block of changed lines
+# that mentions one of these: the device, or what Fabric does about it.
+DEVICE_WORDS = ("fabric", "lightning", "device", ".to(", "sampler", "rank", "launch", "backward", "print")
+DEVICE_WORDS += ("accelerator", "strategy", "precision", "num_nodes", "autocast", "scaler", "distributed")
+# The Trainer's data module follows the rungs' data contract (normalized once, a DataLoader over a TensorDataset)
+# once the new MNISTDataModule is merged.
 
 
-def data_flags(data_dir: Path, rung: str) -> list[str]:
-    """The same data on every rung: train.py takes the data module's arguments as --data.NAME, the others plainly."""
-    data = "--data." if rung == "trainer" else "--"
-    return [f"{data}data_dir", str(data_dir), f"{data}val_size", str(FAKE_VAL)]
+def environment() -> dict[str, str]:
+    """This process's environment, with the package of this checkout importable by the scripts."""
+    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+
+
+def run_script(name: str, *flags: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(SCRIPTS / name), *flags]
+    return subprocess.run(command, capture_output=True, text=True, env=environment(), cwd=cwd, timeout=600)
 
 
 def code_lines(path: Path) -> list[str]:
-    """The file's lines without the module docstring, blank lines or indentation."""
+    """The file's lines without its module docstring, blank lines, comment lines or indentation."""
     text = path.read_text()
-    body = text[text.index('"""', 3) + 3 :]
-    return [line.strip() for line in body.splitlines() if line.strip()]
+    body = text[text.index('"""', text.index('"""') + 3) + 3 :]
+    return [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
 
 
-def test_fabric_rung_differs_from_plain_only_in_marked_device_lines():
-    plain, fabric = code_lines(SRC / "plain_pytorch.py"), code_lines(SRC / "train_fabric.py")
+def test_each_rung_is_one_file_of_torch_torchvision_lightning_and_the_network():
+    allowed = set(sys.stdlib_module_names) | {"torch", "torchvision", "lightning"}
+    for rung, path in RUNG_FILES.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+        network = {name for name in imported if name.split(".")[0] not in allowed}
+        assert network == {SimpleNN.__module__}, (rung, network)  # from <package>.model import SimpleNN, no more
+        assert (rung == "fabric") == any(name.startswith("lightning") for name in imported), rung
+
+
+def test_fabric_rung_is_shorter_than_the_plain_one():
+    lines = {rung: path.read_text().splitlines() for rung, path in RUNG_FILES.items()}
+    code = {
+        rung: [line for line in text if line.strip() and not line.strip().startswith("#")]
+        for rung, text in lines.items()
+    }
+    assert len(lines["fabric"]) < len(lines["plain"]), {rung: len(text) for rung, text in lines.items()}
+    assert len(code["fabric"]) < len(code["plain"]), {rung: len(text) for rung, text in code.items()}
+
+
+def test_the_rungs_differ_only_in_device_lines():
+    """What `sdiff scripts/train_pytorch.py scripts/train_fabric.py` shows: a few blocks of changed lines, each
+    about the device (choosing it, moving to it, precision, processes, who writes and prints)."""
+    plain, fabric = code_lines(RUNG_FILES["plain"]), code_lines(RUNG_FILES["fabric"])
     removed, added = [], []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=plain, b=fabric, autojunk=False).get_opcodes():
-        if tag != "equal":
-            removed += plain[i1:i2]
-            added += fabric[j1:j2]
-    unmarked_removed = [line for line in removed if "# DEVICE" not in line and not line.startswith("import ")]
-    unmarked_added = [line for line in added if "FABRIC" not in line and not line.startswith("import ")]
-    allowed = {'parser = ArgumentParser(prog="train_pytorch.py", description=__doc__.splitlines()[0])'}
-    assert set(unmarked_removed) <= allowed, unmarked_removed
-    assert unmarked_added == [line.replace("train_pytorch", "train_fabric") for line in unmarked_removed]
-    assert len(removed) > 20 and len(added) > 20  # the rungs do differ: in their device lines
-
-
-def test_every_device_call_of_the_plain_rung_is_marked():
-    for line in code_lines(SRC / "plain_pytorch.py"):
-        code = line.split("#")[0]
-        if any(call in code for call in (".to(device)", "torch.device(", "cuda", "map_location")):
-            assert "# DEVICE" in line, line
+        if tag == "equal":
+            continue
+        block = plain[i1:i2] + fabric[j1:j2]
+        assert any(word in line.lower() for line in block for word in DEVICE_WORDS), block
+        removed += plain[i1:i2]
+        added += fabric[j1:j2]
+    assert len(removed) > 10 and len(added) > 10  # the rungs do differ: in their device lines
+    for changed, lines in ((removed, plain), (added, fabric)):
+        assert len(changed) < len(lines) / 3, changed  # and most of the program is the same
+    undescribed = [line for line in removed + added if not any(word in line.lower() for word in DEVICE_WORDS)]
+    assert len(undescribed) <= 10, undescribed  # most changed lines name the device or Fabric themselves
 
 
 def final_weights(run_dir: Path, rung: str) -> dict[str, torch.Tensor]:
@@ -63,57 +102,71 @@ def final_weights(run_dir: Path, rung: str) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
 
 
-def run_three_rungs(data_dir: Path, tmp_path: Path, *extra: str) -> dict[str, dict]:
-    """The three rungs in this process, with the same flags; each one's metrics.json."""
-    flags = [*FLAGS, *extra]
-    plain = [*data_flags(data_dir, "plain"), *flags, "--device", "cpu", "--output_dir", str(tmp_path / "plain")]
-    assert plain_pytorch.main(plain) == 0
-    fabric = [*data_flags(data_dir, "fabric"), *flags, "--accelerator", "cpu", "--output_dir", str(tmp_path / "fabric")]
-    assert train_fabric.main(fabric) == 0
-    trainer = [*data_flags(data_dir, "trainer"), *flags, "--accelerator", "cpu", "--enable_progress_bar", "false"]
-    train_run(*trainer, "--output_dir", str(tmp_path / "trainer"))
-    return {rung: json.loads((tmp_path / rung / "metrics.json").read_text()) for rung in ("plain", "fabric", "trainer")}
+def compare(data_dir: Path, output_dir: Path, *flags: str) -> dict:
+    """scripts/compare.py: the three rungs, each in its own process as users run them (in one process they
+    would share torch.compile's caches, which hides what differs between them); its compare.json."""
+    data = ["--data_dir", str(data_dir), "--val_size", str(FAKE_VAL)]
+    result = run_script("compare.py", *data, *flags, "--json", "--output_dir", str(output_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((output_dir / "compare.json").read_text())
 
 
-def assert_bit_identical(metrics: dict[str, dict], tmp_path: Path) -> None:
-    weights = {rung: final_weights(tmp_path / rung, rung) for rung in metrics}
+@pytest.fixture(scope="module")
+def comparison(fake_mnist, tmp_path_factory) -> Path:
+    output_dir = tmp_path_factory.mktemp("ladder") / "compare"
+    compare(fake_mnist, output_dir, *FLAGS)
+    return output_dir
+
+
+def assert_bit_identical(output_dir: Path, rung: str, reference: str = "plain") -> None:
+    """The rung's final weights, per-epoch losses and test results equal the reference's, bit for bit."""
+    metrics = {name: json.loads((output_dir / f"{name}_0" / "metrics.json").read_text()) for name in (rung, reference)}
+    weights = {name: final_weights(output_dir / f"{name}_0", name) for name in (rung, reference)}
+    assert weights[rung].keys() == weights[reference].keys() == {"linear.weight", "linear.bias"}
+    assert all(torch.equal(weights[rung][key], weights[reference][key]) for key in weights[reference]), rung
     losses = {
-        rung: [(r["train/loss"], r["val/loss"], r["val/acc"]) for r in m["history"]] for rung, m in metrics.items()
+        name: [(row["train/loss"], row["val/loss"], row["val/acc"]) for row in run["history"]]
+        for name, run in metrics.items()
     }
-    tests = {rung: (m["test/loss"], m["test/acc"], m["best_val/acc"]) for rung, m in metrics.items()}
-    for rung in ("fabric", "trainer"):
-        assert weights[rung].keys() == weights["plain"].keys() == {"linear.weight", "linear.bias"}
-        assert all(torch.equal(weights[rung][key], weights["plain"][key]) for key in weights["plain"]), rung
-        assert losses[rung] == losses["plain"], rung  # exact equality of float32 values, not closeness
-        assert tests[rung] == tests["plain"], rung
-    assert len(losses["plain"]) == 3 and 0.001 < losses["plain"][-1][0] < losses["plain"][0][0] / 10  # it learned
-    assert {key for m in metrics.values() for key in m} == set(metrics["plain"])  # the same metrics.json keys
+    assert losses[rung] == losses[reference], rung  # exact equality of float32 values, not closeness
+    results = {name: [run[key] for key in ("test/loss", "test/acc", "best_val/acc")] for name, run in metrics.items()}
+    assert results[rung] == results[reference], rung
+    first, last = losses[reference][0][0], losses[reference][-1][0]
+    assert len(losses[reference]) == 3 and 0.001 < last < first / 10  # it learned
 
 
-def test_plain_fabric_and_trainer_end_bit_identical(fake_mnist, tmp_path):
-    assert_bit_identical(run_three_rungs(fake_mnist, tmp_path), tmp_path)
+def test_plain_and_fabric_end_bit_identical(comparison):
+    assert_bit_identical(comparison, "fabric")
+
+
+def test_plain_fabric_and_trainer_end_bit_identical(comparison):
+    assert_bit_identical(comparison, "trainer")
+    assert_bit_identical(comparison, "trainer", reference="fabric")
+
+
+@pytest.fixture(scope="module")
+def compiled(fake_mnist, tmp_path_factory) -> dict:
+    """compare.py --compile true. Adam at batch 512 with a validation batch of another size: the Trainer's sanity
+    check feeds that batch to the network before its first training step, and a network compiled for the first size
+    it sees, or code compiled by earlier runs, breaks the parity; compiling with dynamic sizes in each process
+    keeps it."""
+    output_dir = tmp_path_factory.mktemp("compiled") / "compare"
+    return compare(fake_mnist, output_dir, "--batch_size", "512", "--max_epochs", "3", "--compile", "true")
 
 
 @pytest.mark.slow
-def test_compile_on_every_rung_keeps_parity_and_checkpoint_keys(fake_mnist, tmp_path):
-    """compare.py --compile true: each rung in its own process, as users run it (in one process the rungs would
-    share torch.compile's caches, which hides what differs between them). Adam at batch 512 with a validation
-    batch of another size: the Trainer's sanity check feeds that batch to the network before its first training
-    step, and a network compiled for the first size it sees, or code compiled by earlier runs, breaks the
-    parity; compiling with dynamic sizes in each process keeps it."""
-    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "512", "--max_epochs", "3"]
-    assert compare.main([*flags, "--compile", "true", "--json", "--output_dir", str(tmp_path)]) == 0
-    result = json.loads((tmp_path / "compare.json").read_text())
-    for pair, gap in result["parity"].items():
-        assert gap["weights_equal"] and gap["losses_equal"], (pair, gap)
+def test_compile_keeps_parity_and_checkpoint_keys(compiled):
+    gap = compiled["parity"]["plain vs fabric"]
+    assert gap["weights_equal"] and gap["losses_equal"], gap
     # No "_orig_mod." in any checkpoint: each loads into a plain, uncompiled SimpleNN...
+    output_dir = Path(compiled["settings"]["output_dir"])
     for rung in ("plain", "fabric", "trainer"):
-        for path in (tmp_path / f"{rung}_0" / "checkpoints").iterdir():
+        for path in (output_dir / f"{rung}_0" / "checkpoints").iterdir():
             saved = torch.load(path, weights_only=True)
             assert not any("_orig_mod" in key for key in saved.get("state_dict", saved.get("model"))), path
-        SimpleNN((1, 28, 28), 10).load_state_dict(final_weights(tmp_path / f"{rung}_0", rung))
+        SimpleNN((1, 28, 28), 10).load_state_dict(final_weights(output_dir / f"{rung}_0", rung))
     # ...and the Trainer's checkpoint loads through the project's loader, compiled again or not.
-    checkpoint = load_checkpoint(tmp_path / "trainer_0" / "checkpoints" / "last.ckpt")
+    checkpoint = load_checkpoint(output_dir / "trainer_0" / "checkpoints" / "last.ckpt")
     assert checkpoint.model.hparams.compile is True
     checkpoint.model.configure_model()  # what the Trainer calls: compiles in place
     uncompiled = SimpleNN((1, 28, 28), 10)
@@ -123,36 +176,106 @@ def test_compile_on_every_rung_keeps_parity_and_checkpoint_keys(fake_mnist, tmp_
         torch.testing.assert_close(checkpoint.model(images), uncompiled(images))
 
 
-def test_fabric_rung_reports_bad_settings_in_one_paragraph(tmp_path, capsys):
-    code = train_fabric.main(["--precision", "17-fancy", "--output_dir", str(tmp_path / "x")])
-    assert code == 2
-    err = " ".join(capsys.readouterr().err.split())
-    assert err.startswith("Error: The Fabric settings are not valid") and "Traceback" not in err
+@pytest.mark.slow
+def test_compiled_trainer_is_bit_identical_to_the_other_rungs(compiled):
+    for pair in ("plain vs trainer", "fabric vs trainer"):
+        gap = compiled["parity"][pair]
+        assert gap["weights_equal"] and gap["losses_equal"], (pair, gap)
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The one line a refused run ends with, checked to be the only error and not a traceback."""
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and result.stderr.strip().endswith(errors[0]), result.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("rung", ["plain", "fabric"])
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["--batch_size", "0"], "--max_epochs, --batch_size and --val_size must be at least 1"),
+        (["--max_epochs", "0"], "--max_epochs, --batch_size and --val_size must be at least 1"),
+        (["--lr", "nan"], "Error: Invalid learning rate: nan"),
+        (["--val_size", "1200"], "Error: --val_size must be below 1200, the number of training images"),
+        (["--optimizer", "rmsprop"], "argument --optimizer: invalid choice: 'rmsprop'"),
+        (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+    ],
+)
+def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, rung, flags, phrase):
+    run_dir = tmp_path / "run"
+    data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
+    result = run_script(RUNG_FILES[rung].name, *data, "--output_dir", str(run_dir), *flags)
+    assert phrase in error_line(result)
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("rung", ["plain", "fabric"])
+def test_the_rungs_refuse_a_used_run_folder(fake_mnist, tmp_path, rung):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "metrics.json").write_text("{}")
+    result = run_script(RUNG_FILES[rung].name, "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "used"))
+    assert "holds an earlier run's files: pass a new --output_dir" in error_line(result)
+    assert [path.name for path in (tmp_path / "used").iterdir()] == ["metrics.json"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["--precision", "17-fancy"], "Error: Precision '17-fancy' is invalid. Allowed precision values:"),
+        (["--devices", "0"], "Error: `Fabric(devices='0')` value is not a valid input"),
+        (["--strategy", "fancy"], "Error: You selected an invalid strategy name: `strategy='fancy'`"),
+        (["--accelerator", "fancy"], "Error: You selected an invalid accelerator name: `accelerator='fancy'`"),
+    ],
+)
+def test_fabric_rung_reports_bad_settings_in_one_line(fake_mnist, tmp_path, flags, phrase):
+    result = run_script("train_fabric.py", "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags)
+    assert phrase in error_line(result)
     assert not (tmp_path / "x").exists()
-    assert train_fabric.main(["--devices", "0", "--output_dir", str(tmp_path / "x")]) == 2
-    err = " ".join(capsys.readouterr().err.split())
-    assert "--devices takes a count like 1, a list of GPU indices" in err and "CPU cores" in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when no GPU is usable")
-def test_gpu_flags_without_a_gpu_are_refused_on_both_rungs(tmp_path, capsys):
-    assert train_fabric.main(["--accelerator", "gpu", "--output_dir", str(tmp_path / "f")]) == 2
-    assert plain_pytorch.main(["--device", "cuda", "--output_dir", str(tmp_path / "p")]) == 2
-    err = " ".join(capsys.readouterr().err.split())
-    assert err.count("asks for a GPU, but none can be used") == 2
-    assert "--accelerator cpu" in err and "--device cpu" in err  # each says what to run instead, in its own flags
+@pytest.mark.parametrize(
+    ("rung", "flags", "phrase"),
+    [
+        ("plain", ["--device", "cuda"], "Error: --device cuda: PyTorch sees 0 GPU(s); use --device cpu"),
+        ("plain", ["--device", "cuda:1"], "Error: --device cuda:1: PyTorch sees 0 GPU(s); use --device cpu"),
+        ("fabric", ["--accelerator", "cuda"], "Error: `CUDAAccelerator` can not run on your system"),
+        ("fabric", ["--accelerator", "gpu"], "Error: No supported gpu backend found!"),
+    ],
+)
+def test_gpu_flags_without_a_gpu_are_refused_on_both_rungs(fake_mnist, tmp_path, rung, flags, phrase):
+    if rung == "fabric" and flags[-1] == "gpu" and torch.backends.mps.is_available():
+        pytest.skip("Lightning's gpu is Apple's MPS here")
+    result = run_script(
+        RUNG_FILES[rung].name, "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags
+    )
+    assert phrase in error_line(result)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
+def test_an_accelerator_whose_package_is_missing_is_one_line(fake_mnist, tmp_path):
+    # Lightning knows "tpu" but needs torch_xla for it, and raises an ImportError as it builds the accelerator.
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), "--accelerator", "tpu"]
+    assert "torch_xla" in error_line(run_script("train_fabric.py", *flags))
 
 
 @pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
-def test_every_rung_applies_and_records_the_float32_matmul_precision(fake_mnist, tmp_path, rung):
-    flags = [*data_flags(fake_mnist, rung), "--batch_size", "100", "--max_epochs", "1"]
-    flags += ["--float32_matmul_precision", "medium", "--output_dir", str(tmp_path / rung)]
+def test_every_rung_applies_and_records_the_float32_matmul_precision(fake_mnist, tmp_path, monkeypatch, rung):
+    data = "--data." if rung == "trainer" else "--"
+    flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]
+    flags += ["--max_epochs", "1", "--float32_matmul_precision", "medium", "--output_dir", str(tmp_path / rung)]
     try:
         if rung == "trainer":
             train_run(*flags, "--enable_progress_bar", "false")
             assert "float32_matmul_precision: medium" in (tmp_path / rung / "config.yaml").read_text()
-        else:
-            assert {"plain": plain_pytorch, "fabric": train_fabric}[rung].main(flags) == 0
+        else:  # in this process, to see the setting it leaves
+            monkeypatch.setattr(sys, "argv", [str(RUNG_FILES[rung]), *flags])
+            runpy.run_path(str(RUNG_FILES[rung]), run_name="__main__")
+            metrics = json.loads((tmp_path / rung / "metrics.json").read_text())
+            assert metrics["float32_matmul_precision"] == "medium"
         assert torch.get_float32_matmul_precision() == "medium"
     finally:
         torch.set_float32_matmul_precision("highest")  # process-wide: the other tests expect torch's default

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFilter
+from torchvision.datasets import MNIST
 
 from mnist_lightning import preprocessing
-from mnist_lightning.data import download, load
 from mnist_lightning.preprocessing import NoInkError, to_mnist_digit, to_model_input
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,8 +262,8 @@ KINDS = {
 
 def mnist_test_set(root) -> tuple[np.ndarray, np.ndarray]:
     """The test digits (uint8 [N, 28, 28]) and labels of an MNIST-format folder (real_mnist or fake_mnist)."""
-    download(root)  # verifies the files, and extracts the archives of real MNIST
-    images, labels = load(root, train=False)
+    test_set = MNIST(str(root), train=False, download=True)  # verifies the archives of real MNIST and extracts them
+    images, labels = test_set.data, test_set.targets
     return images.numpy(), labels.numpy()
 
 

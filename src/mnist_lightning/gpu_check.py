@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .data import download, raw_folder
+from .datamodule import MNISTDataModule
 from .devices import why_no_cuda
 from .errors import ArgumentParser, UserError, run_main
 from .records import write_json
@@ -77,6 +77,10 @@ class Check:
     def module(self, name: str, *flags: str) -> list[str]:
         return [sys.executable, "-m", f"mnist_lightning.{name}", *flags]
 
+    def script(self, name: str, *flags: str) -> list[str]:
+        """A script of scripts/ that stands on its own: the plain and Fabric rungs, compare.py."""
+        return [sys.executable, str(ROOT / "scripts" / name), *flags]
+
     def data_flags(self, trainer: bool = False) -> list[str]:
         """The data flags of the plain and Fabric rungs and compare.py, or (``trainer``) of train.py."""
         data = "--data." if trainer else "--"
@@ -115,7 +119,7 @@ def precisions(gpu: bool) -> dict[str, str | None]:
 
 
 def test_images(data_dir: str) -> Path:
-    raw = raw_folder(data_dir)
+    raw = MNISTDataModule(data_dir).raw_folder
     return next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file())
 
 
@@ -169,7 +173,7 @@ def gpu_check(args: argparse.Namespace) -> dict:
             "gpu-check-cpu) to run the same steps on the CPU, or run this on a machine with an NVIDIA GPU."
         )
     args.data_dir = str(Path(args.data_dir).resolve())  # the steps run in the repository's root folder
-    download(args.data_dir)  # once, up front: every step reads the same files
+    MNISTDataModule(args.data_dir).prepare_data()  # once, up front: every step reads the same files
     mode = "cpu" if args.cpu else "gpu"
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         check = Check(args, Path(tmp))
@@ -190,19 +194,21 @@ def gpu_check(args: argparse.Namespace) -> dict:
             run = f"fabric_{precision}"
             flags = [*check.training_flags(run), "--accelerator", acc, "--devices", "1", "--precision", precision]
             name = f"train_fabric.py --accelerator {acc} --devices 1 --precision {precision}"
-            check.run(name, check.module("train_fabric", *flags), check.trained(run, precision))
+            check.run(name, check.script("train_fabric.py", *flags), check.trained(run, precision))
         device = "cuda" if check.gpu else "cpu"
         flags = [*check.training_flags("plain"), "--device", device]
-        check.run(f"train_pytorch.py --device {device}", check.module("plain_pytorch", *flags), check.trained("plain"))
+        check.run(
+            f"train_pytorch.py --device {device}", check.script("train_pytorch.py", *flags), check.trained("plain")
+        )
         flags = ["--accelerator", acc, *check.data_flags()]
-        compare = check.module("compare", *flags, "--output_dir", str(check.work / "compare"))
+        compare = check.script("compare.py", *flags, "--output_dir", str(check.work / "compare"))
         check.run(f"compare.py --accelerator {acc}", compare, lambda output: parity(check.work / "compare"))
         # Compiled parity: on a GPU, twice, so that a gap that changes from run to run shows as one.
         repeats = "2" if check.gpu else "1"
         compiled = [*flags, "--compile", "true", "--repeats", repeats, "--output_dir", str(check.work / "compiled")]
         check.run(
             f"compare.py --accelerator {acc} --compile true --repeats {repeats}",
-            check.module("compare", *compiled),
+            check.script("compare.py", *compiled),
             lambda output: parity(check.work / "compiled"),
         )
         if (ROOT / "tests").is_dir():

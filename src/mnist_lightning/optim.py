@@ -1,4 +1,4 @@
-"""The optimizer and learning-rate schedule, built in one place for every rung (plain PyTorch, Fabric, Trainer)."""
+"""The optimizer and learning-rate schedule of the Trainer rung, as the plain and Fabric scripts build them too."""
 
 from collections.abc import Iterable
 from typing import Literal

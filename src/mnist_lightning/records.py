@@ -1,8 +1,5 @@
 """Run folders and what a run records in them: each run gets a folder of its own, its ``metrics.json`` has the
-same keys on every rung, and files appear whole or not at all.
-
-Nothing here imports Lightning: the plain-PyTorch and Fabric rungs write the very same records.
-"""
+same keys for training and evaluation, and files appear whole or not at all."""
 
 import fcntl
 import json
@@ -166,7 +163,7 @@ def run_metrics(
     precision: str = "32-true",
     **settings: Any,
 ) -> dict[str, Any]:
-    """The ``metrics.json`` record of a run, with the same keys for training (every rung) and evaluation."""
+    """The ``metrics.json`` record of a run, with the same keys for training and evaluation."""
     return {
         "test/acc": test.get("test/acc"),  # None: not tested
         "test/loss": test.get("test/loss"),
