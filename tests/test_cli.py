@@ -146,6 +146,7 @@ def test_gpu_without_a_gpu_is_one_clear_paragraph(tmp_path, capsys):
 def test_script_is_a_thin_wrapper(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train.py", "--print_config"])
     with pytest.raises(SystemExit) as exit_info:
+        monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # as `python scripts/x.py` does
         runpy.run_path(str(ROOT / "scripts" / "train.py"), run_name="__main__")
     assert exit_info.value.code == 0
     assert "max_epochs: 12" in capsys.readouterr().out

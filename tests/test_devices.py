@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_devices_report_says_what_is_used_and_why(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["devices.py"])
     with pytest.raises(SystemExit) as exit_info:
+        monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # as `python scripts/x.py` does
         runpy.run_path(str(ROOT / "scripts" / "devices.py"), run_name="__main__")
     assert exit_info.value.code == 0
     out = one_line(capsys.readouterr().out)

@@ -35,6 +35,7 @@ steps = json.loads(sys.argv[1])
 record = {}
 for script, *argv in steps:
     sys.argv = [script, *argv]
+    sys.path.insert(0, script.rpartition("/")[0])  # as `python scripts/x.py` does: its folder first
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:

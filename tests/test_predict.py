@@ -246,7 +246,7 @@ def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake
 
 
 def test_a_second_export_says_what_it_replaced(fake_ckpt, tmp_path, capsys):
-    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "[pt2]"]
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2"]
     assert export.main(flags) == 0 and "replaced" not in capsys.readouterr().out
     assert export.main(flags) == 0
     assert "model.pt2 (replaced the earlier one)" in capsys.readouterr().out

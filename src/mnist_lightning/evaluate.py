@@ -51,6 +51,8 @@ def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModul
         batch_size=datamodule.hparams.batch_size,
         test_seconds=time.perf_counter() - start,
     )
+    if model.test_confusion_matrix is not None:
+        metrics["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
     if trainer.is_global_zero:
         write_json(Path(trainer.default_root_dir) / "metrics.json", metrics)
         accuracy, loss = 100 * metrics["test/acc"], metrics["test/loss"]
