@@ -1,27 +1,16 @@
-"""predict.py reads the pictures people have, reports what it cannot read, and agrees with the IDX path; the
-export carries the same preprocessing.
-
-With real MNIST (MNIST_DATA_DIR), photo-like pictures of test digits (test_preprocessing.KINDS) are read within
-3 points of the same digits' accuracy in MNIST form (digits drawn with a thin or a medium pen, kind by kind),
-and MNIST's own test digits saved as PNG get the IDX file's predictions.
+"""predict.py on IDX files and on the data module's own predict set: the table, the output file, confidence, and
+its mistakes told before any work; export replaces its own earlier files. Pictures of digits: test_predict_photos.py.
 """
 
 import json
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from helpers import FAKE_TEST, TINY_RUN, one_line, write_idx
-from PIL import Image
-from test_preprocessing import KINDS, mnist_test_set, pixel_art, scan
+from helpers import FAKE_TEST, TINY_RUN, one_line
 
 from mnist_lightning import export
-from mnist_lightning.checkpoints import load_checkpoint
 from mnist_lightning.predict import main
-from mnist_lightning.preprocessing import STEPS, to_mnist_digit, to_model_input
 from mnist_lightning.train import main as train_main
 
 
@@ -35,101 +24,11 @@ def fake_ckpt(fake_mnist, tmp_path_factory) -> str:
     return trained_checkpoint(fake_mnist, tmp_path_factory.mktemp("fake") / "run", *TINY_RUN)
 
 
-@pytest.fixture(scope="module")
-def real_ckpt(real_mnist, tmp_path_factory) -> str:
-    return trained_checkpoint(real_mnist, tmp_path_factory.mktemp("real") / "run", "--quiet", "true")
-
-
 def predict(ckpt: str, *inputs, tmp_path: Path, flags=()) -> list[dict]:
     """predict.py's rows for ``inputs``, read back from its JSON output."""
     output = tmp_path / "predictions.json"
     assert main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output), "--quiet", "true", *flags]) == 0
     return json.loads(output.read_text())["predictions"]
-
-
-def save_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:
-    """Each picture as a file in its own format (a JPEG stays the same JPEG), named in order."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i, picture in enumerate(pictures):
-        path = folder / f"{i:05d}{'.jpg' if picture.format == 'JPEG' else '.png'}"
-        if hasattr(picture, "file_bytes"):  # made by test_preprocessing.saved: the file it was read from
-            path.write_bytes(picture.file_bytes)
-        else:
-            picture.save(path)
-        paths.append(path)
-    return paths
-
-
-def png_header(width: int, height: int) -> bytes:
-    """The start of a greyscale PNG file of width x height pixels: all Pillow reads before it decodes."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit greyscale
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-
-
-def direct_predictions(ckpt: str, pictures: list[Image.Image]) -> list[int]:
-    """The checkpoint's digits for ``pictures`` through preprocessing.to_model_input and the bare network."""
-    checkpoint = load_checkpoint(ckpt)
-    inputs = torch.stack([to_model_input(p, checkpoint.datamodule.mean, checkpoint.datamodule.std) for p in pictures])
-    with torch.no_grad():
-        return checkpoint.model.net.eval()(inputs).argmax(dim=1).tolist()
-
-
-def test_mnist_form_digits_as_png_get_the_predictions_of_their_idx_file(fake_ckpt, fake_mnist, tmp_path):
-    images, _ = mnist_test_set(fake_mnist)
-    digits = np.stack([to_mnist_digit(Image.fromarray(image)) for image in images[:100]])  # noisy squares, cropped
-    write_idx(tmp_path / "digits-idx3-ubyte", digits)
-    paths = save_pictures(tmp_path / "png", [Image.fromarray(digit) for digit in digits])
-    from_idx = predict(fake_ckpt, tmp_path / "digits-idx3-ubyte", tmp_path=tmp_path)
-    from_png = predict(fake_ckpt, *paths, tmp_path=tmp_path)
-    assert [row["input"] for row in from_png] == list(map(str, paths))
-    agreement = np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_idx, from_png, strict=True)])
-    assert agreement >= 0.97
-
-
-def test_bad_files_are_skipped_one_by_one_and_the_rest_are_predicted(fake_ckpt, fake_mnist, tmp_path, capsys):
-    images, _ = mnist_test_set(fake_mnist)
-    rng = np.random.default_rng(0)
-    good = [pixel_art(to_mnist_digit(Image.fromarray(image)), rng) for image in images[:3]]
-    good_paths = save_pictures(tmp_path / "in", good)
-    folder = tmp_path / "in"
-    (folder / "notes.png").write_text("not a picture")
-    (folder / "empty.jpg").write_bytes(b"")
-    (folder / "truncated.png").write_bytes(good_paths[0].read_bytes()[:200])
-    # Pillow refuses pictures of more than twice Image.MAX_IMAGE_PIXELS (89 million pixels) and warns above it,
-    # which predict.py treats alike: a picture made to exhaust memory is skipped before it is decoded.
-    (folder / "bomb.png").write_bytes(png_header(13_000, 14_000))  # 182 million pixels
-    (folder / "large.png").write_bytes(png_header(10_000, 9_000))  # 90 million: above the limit, below twice it
-    Image.new("RGB", (1, 1), "white").save(folder / "dot.png")
-    Image.new("RGB", (300, 300), (200, 200, 190)).save(folder / "grey.png")
-    empty_folder = tmp_path / "nothing_here"
-    empty_folder.mkdir()
-
-    rows = predict(fake_ckpt, folder, tmp_path / "missing.png", empty_folder, tmp_path=tmp_path)
-
-    status = {Path(row["input"]).name: row["status"] for row in rows}
-    assert status == {
-        **{path.name: status[path.name] for path in good_paths},
-        "notes.png": "skipped",
-        "empty.jpg": "skipped",
-        "truncated.png": "skipped",
-        "bomb.png": "skipped",
-        "large.png": "skipped",
-        "dot.png": "blank",
-        "grey.png": "blank",
-        "missing.png": "skipped",
-        "nothing_here": "skipped",
-    }
-    predicted = {Path(row["input"]).name: row["prediction"] for row in rows if row["prediction"] is not None}
-    assert [predicted[path.name] for path in good_paths] == direct_predictions(fake_ckpt, good)
-    err = one_line(capsys.readouterr().err)
-    for name in ("notes.png", "empty.jpg", "truncated.png", "bomb.png", "large.png", "missing.png", "nothing_here"):
-        assert f"{name}:" in err
-    assert err.count("too large to decode safely") == 2 and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -206,98 +105,8 @@ def test_low_confidence_predictions_are_marked_uncertain(fake_ckpt, fake_mnist, 
     assert sum(line.endswith("uncertain") for line in table) == len(uncertain)
 
 
-def test_blank_pictures_are_reported_without_a_digit(fake_ckpt, capsys, tmp_path):
-    Image.new("RGB", (1, 1), "white").save(tmp_path / "blank.png")
-    assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png")]) == 0
-    out = capsys.readouterr().out
-    assert "blank" in out and "1 inputs: 0 predicted" in out
-
-
-def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):
-    (tmp_path / "notes.png").write_text("not a picture")
-    assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "notes.png"), str(tmp_path / "missing.png")]) == 2
-    err = one_line(capsys.readouterr().err)
-    assert "notes.png: not an image" in err and "No input could be read" in err and "Traceback" not in err
-
-
-def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path, capsys):
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("onnxscript")
-    assert export.main(["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export")]) == 0
-    files = {"pt2": "model.pt2", "onnx": "model.onnx", "preprocessing": "preprocessing.json"}
-    written = {f"{name}: {tmp_path / 'export' / file}" for name, file in files.items()}
-    assert set(capsys.readouterr().out.splitlines()) == written  # what it wrote, and nothing else
-    assert [output.name for output in onnx.load(tmp_path / "export" / "model.onnx").graph.output] == ["logits"]
-    spec = json.loads((tmp_path / "export" / "preprocessing.json").read_text())
-    assert spec["from_picture"]["steps"] == STEPS and spec["output"]["name"] == "logits"
-    # The sizes are the model's, as the data module gave them: one MNIST image in, one score per class out.
-    assert spec["input"]["shape"] == ["batch", 1, 28, 28] and spec["output"]["shape"] == ["batch", 10]
-    # A server with model.pt2, preprocessing.json and preprocessing.py gets predict.py's answer for a file.
-    images, _ = mnist_test_set(fake_mnist)
-    picture = scan(to_mnist_digit(Image.fromarray(images[0])), np.random.default_rng(0))
-    (path,) = save_pictures(tmp_path / "picture", [picture])
-    served = torch.export.load(tmp_path / "export" / "model.pt2").module()
-    mean, std = spec["normalize"]["mean"], spec["normalize"]["std"]
-    with Image.open(path) as picture, torch.no_grad():
-        probabilities = served(to_model_input(picture, mean, std).unsqueeze(0)).softmax(dim=1)[0]
-    (row,) = predict(fake_ckpt, path, tmp_path=tmp_path)
-    assert row["prediction"] == int(probabilities.argmax())
-    assert row["confidence"] == pytest.approx(float(probabilities.max()), abs=1e-6)
-
-
 def test_a_second_export_says_what_it_replaced(fake_ckpt, tmp_path, capsys):
     flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2"]
     assert export.main(flags) == 0 and "replaced" not in capsys.readouterr().out
     assert export.main(flags) == 0
     assert "model.pt2 (replaced the earlier one)" in capsys.readouterr().out
-
-
-@pytest.mark.real_data
-def test_photo_like_pictures_are_read_within_3_points_of_mnist_form(real_ckpt, real_mnist, tmp_path):
-    images, labels = mnist_test_set(real_mnist)
-    kinds = [kind for kind in KINDS if kind != "mnist_png"]
-    rng = np.random.default_rng(0)
-    chosen = rng.choice(len(images), 100 * len(kinds), replace=False)  # 100 pictures of each kind
-    kind_of = [kinds[i % len(kinds)] for i in range(len(chosen))]
-    pictures = [KINDS[kind](images[i], rng) for kind, i in zip(kind_of, chosen, strict=True)]
-    paths = save_pictures(tmp_path / "pictures", pictures)
-    write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
-
-    from_pictures = predict(real_ckpt, *paths, tmp_path=tmp_path)
-    in_mnist_form = predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
-    correct = np.array([row["prediction"] == label for row, label in zip(from_pictures, labels[chosen], strict=True)])
-    reference = np.array([row["prediction"] == label for row, label in zip(in_mnist_form, labels[chosen], strict=True)])
-    assert abs(correct.mean() - reference.mean()) <= 0.03
-    for kind in kinds:  # and no kind of picture is far off (100 pictures each: a few points of chance)
-        mine = np.array(kind_of) == kind
-        assert correct[mine].mean() >= reference[mine].mean() - 0.08, kind
-
-
-@pytest.mark.real_data
-@pytest.mark.parametrize("kind", ["thin_pen", "medium_pen"])
-def test_pen_drawn_digits_are_read_within_3_points_of_mnist_form(real_ckpt, real_mnist, tmp_path, kind):
-    # A pen far thinner than MNIST's strokes, or about as thin as MNIST's thinnest: each on its own, 400 pictures.
-    images, labels = mnist_test_set(real_mnist)
-    rng = np.random.default_rng(1)
-    chosen = rng.choice(len(images), 400, replace=False)
-    paths = save_pictures(tmp_path / kind, [KINDS[kind](images[i], rng) for i in chosen])
-    write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
-    from_pictures = predict(real_ckpt, *paths, tmp_path=tmp_path)
-    in_mnist_form = predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
-    correct = np.mean([row["prediction"] == label for row, label in zip(from_pictures, labels[chosen], strict=True)])
-    reference = np.mean([row["prediction"] == label for row, label in zip(in_mnist_form, labels[chosen], strict=True)])
-    assert correct >= reference - 0.03
-
-
-@pytest.mark.real_data
-def test_mnist_test_digits_as_png_agree_with_the_idx_file(real_ckpt, real_mnist, tmp_path):
-    images, labels = mnist_test_set(real_mnist)
-    count = 2000
-    paths = save_pictures(tmp_path / "png", [Image.fromarray(digit) for digit in images[:count]])
-    from_png = predict(real_ckpt, *paths, tmp_path=tmp_path)
-    from_idx = predict(real_ckpt, real_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz", tmp_path=tmp_path)
-    png_correct = np.mean([row["prediction"] == label for row, label in zip(from_png, labels, strict=False)])
-    from_idx = from_idx[:count]
-    idx_correct = np.mean([row["prediction"] == label for row, label in zip(from_idx, labels, strict=False)])
-    assert abs(png_correct - idx_correct) <= 0.005
-    assert np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_png, from_idx, strict=True)]) >= 0.99
