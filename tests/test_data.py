@@ -1,19 +1,15 @@
 """MNISTDataModule: the split, model-ready batches from standard DataLoaders in and out of a Trainer, the other
 datasets, the sizes it gives the model and the files it reads for predict.py."""
 
-import gzip
-
 import pytest
 import torch
 from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset
-from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
 from mnist_lightning.datamodule import DATASETS, EpochShuffle, MNISTDataModule, normalize
-from mnist_lightning.digit_files import UnreadableFile
-from mnist_lightning.errors import NothingToPredict, UserError
+from mnist_lightning.errors import UserError
 
 
 def make_datamodule(root, **kwargs) -> MNISTDataModule:
@@ -136,35 +132,6 @@ def test_the_data_module_says_what_the_model_is_built_for(fake_mnist):
     images, _ = next(iter(datamodule.train_dataloader()))
     assert tuple(images.shape[1:]) == datamodule.input_shape == (1, 28, 28)
     assert datamodule.num_classes == 10 and int(labels_of(datamodule, "train").max()) < datamodule.num_classes
-
-
-def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tmp_path):
-    """What predict.py hands each file to: the test set's IDX file reads as the test batches do; a picture of a
-    digit gives one input; a blank picture is NothingToPredict, a file that is no picture says why."""
-    datamodule = make_datamodule(fake_mnist, batch_size=FAKE_TEST)
-    test_images, _ = next(iter(datamodule.test_dataloader()))
-    idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
-    torch.testing.assert_close(datamodule.read_file(idx), test_images)
-    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx.read_bytes()))
-    torch.testing.assert_close(datamodule.read_file(tmp_path / "t10k-images-idx3-ubyte.gz"), test_images)
-    Image.fromarray(MNIST(str(fake_mnist), train=False).data[0].numpy()).save(tmp_path / "digit.png")
-    picture = datamodule.read_file(tmp_path / "digit.png")
-    assert (picture.shape, picture.dtype) == ((1, *datamodule.input_shape), torch.float32)
-    Image.new("L", (40, 40), 255).save(tmp_path / "blank.png")
-    with pytest.raises(NothingToPredict):
-        datamodule.read_file(tmp_path / "blank.png")
-    (tmp_path / "notes.png").write_text("not a picture")
-    with pytest.raises(UnreadableFile, match="not an image that Pillow can read"):
-        datamodule.read_file(tmp_path / "notes.png")
-    (tmp_path / "notes.txt").write_text("not a picture either")
-    read = sorted(path.name for path in tmp_path.iterdir() if datamodule.can_read(path))
-    assert read == ["blank.png", "digit.png", "notes.png", "t10k-images-idx3-ubyte.gz"]
-
-
-def test_the_preprocessing_it_describes_is_its_own_normalization():
-    spec = MNISTDataModule(dataset="kmnist").preprocessing()  # for export's preprocessing.json
-    assert (spec["normalize"]["mean"], spec["normalize"]["std"]) == DATASETS["kmnist"][1:]
-    assert spec["from_picture"]["steps"] and "from_mnist_digit" in spec
 
 
 def test_a_validation_set_as_large_as_the_data_is_refused_before_training(fake_mnist):

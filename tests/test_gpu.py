@@ -93,6 +93,7 @@ def test_trainer_mixed_precision_on_the_gpu(fake_mnist, tmp_path, precision):
     assert metrics["precision"] == precision and metrics["test/acc"] > 0.9
 
 
+# with_ladder:
 @gpu
 @pytest.mark.parametrize("rung", ["train_pytorch.py", "train_fabric.py"])
 def test_16_mixed_precision_on_the_gpu(fake_mnist, tmp_path, rung):
@@ -108,6 +109,7 @@ def test_16_mixed_precision_on_the_gpu(fake_mnist, tmp_path, rung):
     assert metrics["precision"] == "16-mixed" and metrics["accelerator"] == "cuda" and metrics["test/acc"] > 0.9
 
 
+# end with_ladder
 @gpu
 def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path):
     """Each epoch may sync a few times (the epoch loss comes back, checkpoints are written); a step must not.
@@ -115,11 +117,13 @@ def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path):
     from lightning.pytorch import Callback
 
     flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "10", "--max_epochs", "2"]
+    # with_ladder:
     for rung, device in (("train_pytorch.py", ["--device", "cuda"]), ("train_fabric.py", ["--accelerator", "gpu"])):
         result = run_script(rung, *flags, *device, "--output_dir", str(tmp_path / rung), code=COUNTING_SYNCS)
         assert result.returncode == 0, result.stderr[-3000:]
         syncs = result.stderr.count(SYNC_WARNING)
         assert syncs < 100, f"{rung}: {syncs} host syncs in a run of 200 training steps"
+    # end with_ladder
     counts: dict[str, list] = {"trainer": []}
 
     class CountSyncs(Callback):
@@ -182,36 +186,7 @@ def test_epoch_times_wait_for_the_gpu(fake_mnist):
     assert history.rows[0]["seconds"] >= 0.4
 
 
-@pytest.mark.slow
-def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist, tmp_path, capsys, monkeypatch):
-    """What CI runs: make gpu-check-cpu, on the fake data."""
-    # The scripts it runs import this checkout's package.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100"]
-    assert gpu_check.main([*flags, "--max_epochs", "2", "--results_dir", str(tmp_path)]) == 0, capsys.readouterr()
-    results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
-    status = {step["step"]: step["status"] for step in results["steps"]}
-    assert results["mode"] == "cpu" and results["failed"] == []
-    assert status["train.py --accelerator cpu --devices 1 --precision 16-mixed"] == "skipped"
-    for step in ("devices.py", "train.py --accelerator cpu --devices 1 --precision bf16-mixed", "compare.py"):
-        assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
-    for step in ("train_fabric.py", "train_pytorch.py", "pytest -m gpu", "evaluate.py", "predict.py", "export.py"):
-        assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
-    compares = [step for step in results["steps"] if step["step"].startswith("compare.py")]
-    assert [step["step"].endswith("--compile true --repeats 1") for step in compares] == [False, True]
-    assert "| `devices.py` | ok |" in (tmp_path / "gpu_check_cpu.md").read_text()
-    assert not any("plain vs fabric" in step["note"] for step in compares), compares  # not among those that differ
-    assert all(step["note"].startswith("bit-identical") for step in compares), compares  # on the CPU, compiled too
-
-
-def test_gpu_check_without_a_gpu_says_to_use_cpu_mode(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpu_check.main(["--results_dir", str(tmp_path)]) == 2
-    err = " ".join(capsys.readouterr().err.split())
-    assert "No CUDA GPU can be used here" in err and "--cpu" in err
-    assert not list(tmp_path.iterdir())
-
-
+# with_ladder:
 @gpu
 def test_compiled_rungs_on_the_gpu(fake_mnist, tmp_path):
     """Compiled on a GPU, plain and Fabric end bit-identical; the Trainer, whose sanity check runs the compiled
@@ -228,3 +203,37 @@ def test_compiled_rungs_on_the_gpu(fake_mnist, tmp_path):
     for pair, gap in parity.items():
         assert gap["max_weight_difference"] <= 1e-4 and gap["max_loss_difference"] <= 1e-4, (pair, gap)
         assert gap["max_test_difference"] <= 1e-3, (pair, gap)
+
+
+# end with_ladder
+@pytest.mark.slow
+def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist, tmp_path, capsys, monkeypatch):
+    """What CI runs: make gpu-check-cpu, on the fake data."""
+    # The scripts it runs import this checkout's package.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100"]
+    assert gpu_check.main([*flags, "--max_epochs", "2", "--results_dir", str(tmp_path)]) == 0, capsys.readouterr()
+    results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
+    status = {step["step"]: step["status"] for step in results["steps"]}
+    assert results["mode"] == "cpu" and results["failed"] == []
+    assert status["train.py --accelerator cpu --devices 1 --precision 16-mixed"] == "skipped"
+    steps = ["devices.py", "train.py --accelerator cpu --devices 1 --precision bf16-mixed", "pytest -m gpu"]
+    steps += ["evaluate.py", "predict.py", "export.py"]
+    steps += ["train_fabric.py", "train_pytorch.py", "compare.py"]  # only with_ladder
+    for step in steps:
+        assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
+    assert "| `devices.py` | ok |" in (tmp_path / "gpu_check_cpu.md").read_text()
+    # with_ladder:
+    compares = [step for step in results["steps"] if step["step"].startswith("compare.py")]
+    assert [step["step"].endswith("--compile true --repeats 1") for step in compares] == [False, True]
+    assert not any("plain vs fabric" in step["note"] for step in compares), compares  # not among those that differ
+    assert all(step["note"].startswith("bit-identical") for step in compares), compares  # on the CPU, compiled too
+    # end with_ladder
+
+
+def test_gpu_check_without_a_gpu_says_to_use_cpu_mode(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main(["--results_dir", str(tmp_path)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "No CUDA GPU can be used here" in err and "--cpu" in err
+    assert not list(tmp_path.iterdir())

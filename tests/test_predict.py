@@ -58,13 +58,12 @@ def test_bad_options_are_one_paragraph_without_usage(fake_ckpt, capsys, flags, p
     assert phrase in one_line(err) and "usage:" not in err and err.startswith("Error:")
 
 
-def test_the_table_is_bounded_and_the_file_has_every_row(fake_ckpt, fake_mnist, capsys, tmp_path):
-    idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+def test_the_table_is_bounded_and_the_file_has_every_row(fake_ckpt, capsys, tmp_path):
     output = tmp_path / "all.csv"
-    assert main(["--ckpt_path", fake_ckpt, str(idx), "--max_rows", "5", "--output", str(output)]) == 0
+    assert main(["--ckpt_path", fake_ckpt, "--max_rows", "5", "--output", str(output)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split() == ["input", "class", "confidence"]
-    assert [line.split()[0] for line in lines[1:6]] == [f"{idx}[{i}]" for i in range(5)]
+    assert [line.split()[0] for line in lines[1:6]] == [f"#{i}" for i in range(5)]
     assert f"and {FAKE_TEST - 5} more rows" in lines[6]
     assert f"{FAKE_TEST} inputs: {FAKE_TEST} predicted" in lines[7] and " Classes 0: " in lines[7]
     written = output.read_text().strip().splitlines()
@@ -77,30 +76,30 @@ def test_without_inputs_the_data_modules_predict_set_is_predicted(fake_ckpt, fak
     # MNISTDataModule's predict_dataloader is its test set: the t10k file, in order.
     rows = predict(fake_ckpt, tmp_path=tmp_path)
     assert [row["input"] for row in rows] == [f"#{i}" for i in range(FAKE_TEST)]
+    # with_digit_photos:
     same_file = predict(fake_ckpt, fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte", tmp_path=tmp_path)
     assert [row["prediction"] for row in rows] == [row["prediction"] for row in same_file]
     for row, same in zip(rows, same_file, strict=True):
         assert row["confidence"] == pytest.approx(same["confidence"], abs=1e-6)
+    # end with_digit_photos
     assert main(["--ckpt_path", fake_ckpt, "--max_rows", "2"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines[1:3]] == ["#0", "#1"] and f"{FAKE_TEST} inputs:" in lines[-1]
 
 
-def test_quiet_prints_nothing_and_writes_every_row(fake_ckpt, fake_mnist, capsys, tmp_path):
-    idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
-    rows = predict(fake_ckpt, idx, tmp_path=tmp_path)
+def test_quiet_prints_nothing_and_writes_every_row(fake_ckpt, capsys, tmp_path):
+    rows = predict(fake_ckpt, tmp_path=tmp_path)
     assert capsys.readouterr().out == ""
     assert len(rows) == FAKE_TEST and all(row["status"] in ("ok", "uncertain") for row in rows)
 
 
-def test_low_confidence_predictions_are_marked_uncertain(fake_ckpt, fake_mnist, capsys, tmp_path):
-    idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
-    threshold = str(np.median([row["confidence"] for row in predict(fake_ckpt, idx, tmp_path=tmp_path)]))
-    rows = predict(fake_ckpt, idx, tmp_path=tmp_path, flags=["--min_confidence", threshold])
+def test_low_confidence_predictions_are_marked_uncertain(fake_ckpt, capsys, tmp_path):
+    threshold = str(np.median([row["confidence"] for row in predict(fake_ckpt, tmp_path=tmp_path)]))
+    rows = predict(fake_ckpt, tmp_path=tmp_path, flags=["--min_confidence", threshold])
     uncertain = [row for row in rows if row["confidence"] < float(threshold)]
     assert len(uncertain) >= FAKE_TEST // 3 and all(row["status"] == "uncertain" for row in uncertain)
     assert all(row["status"] == "ok" for row in rows if row["confidence"] >= float(threshold))
-    assert main(["--ckpt_path", fake_ckpt, str(idx), "--min_confidence", threshold, "--max_rows", str(FAKE_TEST)]) == 0
+    assert main(["--ckpt_path", fake_ckpt, "--min_confidence", threshold, "--max_rows", str(FAKE_TEST)]) == 0
     table = capsys.readouterr().out.splitlines()[1 : FAKE_TEST + 1]
     assert sum(line.endswith("uncertain") for line in table) == len(uncertain)
 

@@ -6,6 +6,7 @@ With real MNIST (MNIST_DATA_DIR), photo-like pictures of test digits (test_prepr
 and MNIST's own test digits saved as PNG get the IDX file's predictions.
 """
 
+import gzip
 import json
 import struct
 import zlib
@@ -14,13 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_RUN, one_line, write_idx
+from helpers import FAKE_TEST, FAKE_VAL, TINY_RUN, one_line, write_idx
 from PIL import Image
 from test_predict import predict, trained_checkpoint
 from test_preprocessing import KINDS, mnist_test_set, pixel_art, scan
+from torchvision.datasets import MNIST
 
 from mnist_lightning import export
 from mnist_lightning.checkpoints import load_checkpoint
+from mnist_lightning.datamodule import DATASETS, MNISTDataModule
+from mnist_lightning.digit_files import UnreadableFile
+from mnist_lightning.errors import NothingToPredict
 from mnist_lightning.predict import main
 from mnist_lightning.preprocessing import STEPS, to_mnist_digit, to_model_input
 
@@ -208,3 +213,39 @@ def test_mnist_test_digits_as_png_agree_with_the_idx_file(real_ckpt, real_mnist,
     idx_correct = np.mean([row["prediction"] == label for row, label in zip(from_idx, labels, strict=False)])
     assert abs(png_correct - idx_correct) <= 0.005
     assert np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_png, from_idx, strict=True)]) >= 0.99
+
+
+def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tmp_path):
+    """What predict.py hands each file to: the test set's IDX file reads as the test batches do; a picture of a
+    digit gives one input; a blank picture is NothingToPredict, a file that is no picture says why."""
+    datamodule = photo_datamodule(fake_mnist, batch_size=FAKE_TEST)
+    test_images, _ = next(iter(datamodule.test_dataloader()))
+    idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    torch.testing.assert_close(datamodule.read_file(idx), test_images)
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx.read_bytes()))
+    torch.testing.assert_close(datamodule.read_file(tmp_path / "t10k-images-idx3-ubyte.gz"), test_images)
+    Image.fromarray(MNIST(str(fake_mnist), train=False).data[0].numpy()).save(tmp_path / "digit.png")
+    picture = datamodule.read_file(tmp_path / "digit.png")
+    assert (picture.shape, picture.dtype) == ((1, *datamodule.input_shape), torch.float32)
+    Image.new("L", (40, 40), 255).save(tmp_path / "blank.png")
+    with pytest.raises(NothingToPredict):
+        datamodule.read_file(tmp_path / "blank.png")
+    (tmp_path / "notes.png").write_text("not a picture")
+    with pytest.raises(UnreadableFile, match="not an image that Pillow can read"):
+        datamodule.read_file(tmp_path / "notes.png")
+    (tmp_path / "notes.txt").write_text("not a picture either")
+    read = sorted(path.name for path in tmp_path.iterdir() if datamodule.can_read(path))
+    assert read == ["blank.png", "digit.png", "notes.png", "t10k-images-idx3-ubyte.gz"]
+
+
+def test_the_preprocessing_it_describes_is_its_own_normalization():
+    spec = MNISTDataModule(dataset="kmnist").preprocessing()  # for export's preprocessing.json
+    assert (spec["normalize"]["mean"], spec["normalize"]["std"]) == DATASETS["kmnist"][1:]
+    assert spec["from_picture"]["steps"] and "from_mnist_digit" in spec
+
+
+def photo_datamodule(root, **kwargs):
+    datamodule = MNISTDataModule(data_dir=str(root), val_size=FAKE_VAL, **kwargs)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return datamodule

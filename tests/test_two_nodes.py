@@ -16,7 +16,8 @@ import torch
 from helpers import FAKE_VAL
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"trainer": ROOT / "scripts" / "train.py", "fabric": ROOT / "scripts" / "train_fabric.py"}
+SCRIPTS = {"trainer": ROOT / "scripts" / "train.py"}
+SCRIPTS["fabric"] = ROOT / "scripts" / "train_fabric.py"  # only with_ladder
 RESULT = ("test/acc", "test/loss", "best_val/acc")
 
 
@@ -33,7 +34,7 @@ def final_weights(run_dir: Path, rung: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rung", ["trainer", "fabric"])
+@pytest.mark.parametrize("rung", list(SCRIPTS))
 def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(rung, fake_mnist, tmp_path):
     data = "--data." if rung == "trainer" else "--"  # train.py takes the data module's arguments as --data.NAME
     flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 from torchvision.datasets.utils import check_integrity
 
-from .digit_files import preprocessing_spec, read_digits, readable
+from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
 from .errors import UserError
 
 # torchvision's class and the training set's pixel mean and std, for Normalize((mean,), (std,)).
@@ -109,6 +109,7 @@ class MNISTDataModule(LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         return self._loader("test")
 
+    # with_digit_photos:
     def read_file(self, path: Path) -> Tensor:
         """Model inputs from a file given to predict.py: a picture of a digit, or an IDX file of many."""
         return read_digits(path, self.mean, self.std)
@@ -121,6 +122,7 @@ class MNISTDataModule(LightningDataModule):
         """How to make the model's input from a picture, for export's preprocessing.json."""
         return preprocessing_spec(self.mean, self.std)
 
+    # end with_digit_photos
     def _loader(self, split: str, sampler: Sampler | None = None) -> DataLoader:
         workers = self.hparams.num_workers
         return DataLoader(

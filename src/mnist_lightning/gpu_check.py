@@ -130,6 +130,7 @@ def pytest_summary(output: str) -> str:
     return summary.strip("= ")
 
 
+# with_ladder:
 def parity(compare_dir: Path) -> str:
     result = json.loads((compare_dir / "compare.json").read_text())
     gaps = result["parity"]
@@ -140,6 +141,7 @@ def parity(compare_dir: Path) -> str:
     return f"{verdict}; epoch time / plain: {ratios}"
 
 
+# end with_ladder
 def use_checkpoint(check: Check, ckpt: str, data_dir: str) -> None:
     """evaluate, predict and export on the checkpoint of the 32-true training run."""
     work, acc = check.work, check.accelerator
@@ -190,6 +192,7 @@ def gpu_check(args: argparse.Namespace) -> dict:
             check.run(
                 name, check.module("train", *flags, "--enable_progress_bar", "false"), check.trained(run, precision)
             )
+        # with_ladder:
         for precision in ("32-true", "16-mixed" if check.gpu else "bf16-mixed"):
             run = f"fabric_{precision}"
             flags = [*check.training_flags(run), "--accelerator", acc, "--devices", "1", "--precision", precision]
@@ -211,6 +214,7 @@ def gpu_check(args: argparse.Namespace) -> dict:
             check.script("compare.py", *compiled),
             lambda output: parity(check.work / "compiled"),
         )
+        # end with_ladder
         if (ROOT / "tests").is_dir():
             pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
             name = "pytest -m gpu" + ("" if check.gpu else " (collected; each test skips without CUDA)")
