@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(module: str) -> int:
     try:
         from mnist_lightning.errors import run_script
-    except ModuleNotFoundError as error:
+
+        return run_script(module)
+    except ModuleNotFoundError as error:  # the project, or a library it needs, is not installed in this Python
         venv = ROOT / ".venv" / "bin" / "python"
         command = shlex.join([str(venv if venv.exists() else "python"), *sys.argv])
         setup = "" if venv.exists() else 'Install it first (`make install`, or pip install -e ".[dev]" in a venv). '
@@ -22,4 +24,3 @@ def run(module: str) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_script(module)

@@ -34,9 +34,8 @@ def test_a_user_cnn_on_fashion_mnist_trains_evaluates_predicts_and_exports(tmp_p
     evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert evaluated["test/acc"] == trained["test/acc"]
 
-    test_images = data / "FashionMNIST" / "raw" / "t10k-images-idx3-ubyte"
-    out = tmp_path / "predictions.csv"
-    assert predict.main(["--ckpt_path", best, str(test_images), "--output", str(out), "--accelerator", "cpu"]) == 0
+    out = tmp_path / "predictions.csv"  # of the data module's predict set: FashionMNIST's test images
+    assert predict.main(["--ckpt_path", best, "--output", str(out), "--accelerator", "cpu"]) == 0
     assert len(out.read_text().strip().splitlines()) == FAKE_TEST + 1  # a header and one row per image
 
     assert export.main(["--ckpt_path", best, "--output_dir", str(tmp_path / "export"), "--formats", "pt2"]) == 0

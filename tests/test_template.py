@@ -451,22 +451,8 @@ def test_a_listed_path_missing_from_the_project_stops_the_bake(tmp_path, capfd):
     "answers",
     [
         pytest.param({}, id="defaults"),
-        pytest.param(
-            ALL_OFF,
-            id="all-off",
-            marks=pytest.mark.xfail(
-                strict=True, reason="tests/test_data.py still imports digit_files: remove this mark once it lints"
-            ),
-        ),
-        pytest.param(
-            CUSTOM,
-            id="custom-names",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="cli.resume_hint's command fits on one line with a package name shorter than mnist_lightning, "
-                "so ruff format would join it: remove this mark once it lints",
-            ),
-        ),
+        pytest.param(ALL_OFF, id="all-off"),
+        pytest.param(CUSTOM, id="custom-names"),
     ],
 )
 def test_a_baked_project_passes_its_own_lint(template, tmp_path, answers):
@@ -492,15 +478,7 @@ def run_baked_suite(project: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "answers",
     [
-        pytest.param(
-            ALL_OFF,
-            id="all-off",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the code that stays still imports what the options remove (src/ has no markers yet); "
-                "strict: remove this mark once the all-off suite passes",
-            ),
-        ),
+        pytest.param(ALL_OFF, id="all-off"),
         pytest.param({}, id="defaults"),
     ],
 )

@@ -749,9 +749,8 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
 def resume_hint(run_dir: Path) -> str:
     """The command that resumes this run, ready to paste into a shell."""
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
-    command = (
-        ["-m", "mnist_lightning.train"] if script.endswith(os.path.join("mnist_lightning", "train.py")) else [script]
-    )
+    as_module = Path(script).parent.name == __package__  # python -m <package>.train
+    command = ["-m", f"{__package__}.train"] if as_module else [script]
     return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
 
 
