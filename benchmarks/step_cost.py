@@ -49,8 +49,8 @@ from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, DistributedSampler
 
-from mnist_lightning.callbacks import EpochHistory, ScheduleLength, ThrottledBar
-from mnist_lightning.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
+from mnist_lightning.callbacks import EpochHistory, ThrottledBar
+from mnist_lightning.checkpoints import AtomicCheckpointIO, best_checkpoint, last_checkpoint
 from mnist_lightning.cli import build_training, parse_args
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.lightning_module import Classifier
@@ -131,8 +131,8 @@ TRAINER_ROWS = [
     ("+ the template's training_step: MeanMetric.update each step, logged once per epoch", {"module": "template"}),
     ("+ CSVLogger, written every 10 steps", {"logger": True}),
     ("+ LearningRateMonitor, every step", {"lr_monitor": True}),
-    ("+ checkpoints: best (ModelCheckpoint) and last.ckpt (LastCheckpoint), atomic writes", {"checkpoints": True}),
-    ("+ EpochHistory and ScheduleLength (the template's callbacks)", {"history": True}),
+    ("+ checkpoints: best and last.ckpt (two ModelCheckpoints), atomic writes", {"checkpoints": True}),
+    ("+ EpochHistory (the template's callback)", {"history": True}),
     ("+ model summary", {"summary": True}),
     ("+ the template's bar (ThrottledBar: TQDM, redrawn at most every 0.1 s), in a terminal", {"bar": "throttled"}),
 ]
@@ -283,9 +283,9 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
     if features.get("lr_monitor"):
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if features.get("history"):
-        callbacks += [EpochHistory(), ScheduleLength()]
+        callbacks += [EpochHistory()]
     if features.get("checkpoints"):
-        callbacks += [best_checkpoint(work / "checkpoints"), LastCheckpoint(work / "checkpoints", "resume")]
+        callbacks += [best_checkpoint(work / "checkpoints"), last_checkpoint(work / "checkpoints")]
     callbacks += [Callback() for _ in range(features.get("idle", 0))]
     if features.get("bar"):
         callbacks.append(ThrottledBar() if features["bar"] == "throttled" else TQDMProgressBar())

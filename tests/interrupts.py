@@ -71,6 +71,19 @@ class SignalAt(Callback):
             self._fire()
 
 
+class PauseAt(Callback):
+    """Wait after epoch ``epoch`` (and its checkpoint) until the file ``go`` exists, two minutes at most:
+    ``--callbacks interrupts.PauseAt --callbacks.go <file>``; a test does something while the run is mid-way."""
+
+    def __init__(self, go: str, epoch: int = 0) -> None:
+        self.go, self.epoch = Path(go), epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        deadline = time.monotonic() + 120
+        while trainer.current_epoch == self.epoch + 1 and not self.go.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def checkpoint_loads(path: Path) -> bool:
     try:
         return "state_dict" in torch.load(path, map_location="cpu", weights_only=True)

@@ -41,8 +41,9 @@ def test_two_trainings_started_together_into_one_folder(flags, tmp_path):
 
 
 def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp_path):
-    run = tmp_path / "run"
-    first = start(train_command([*flags, "--max_epochs", "40"], run))
+    run, go = tmp_path / "run", tmp_path / "go"
+    pause = ["--callbacks", "interrupts.PauseAt", "--callbacks.go", str(go)]  # waits after its first epoch
+    first = start(train_command([*flags, "--max_epochs", "4", *pause], run))
     deadline = time.monotonic() + 120
     while not (run / "checkpoints" / "last.ckpt").exists():
         assert first.poll() is None and time.monotonic() < deadline
@@ -51,8 +52,9 @@ def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp
     _, stderr = second.communicate(timeout=120)
     assert second.returncode == 2 and "is in use by a run that has not ended" in one_line(stderr), stderr
     assert "scripts/train.py" in one_line(stderr)  # the running command is named
+    go.touch()
     assert first.wait(timeout=300) == 0
-    assert json.loads((run / "metrics.json").read_text())["epochs"] == 40
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 4
 
 
 @pytest.fixture(scope="module")

@@ -175,7 +175,8 @@ def gpu_check(args: argparse.Namespace) -> dict:
             "gpu-check-cpu) to run the same steps on the CPU, or run this on a machine with an NVIDIA GPU."
         )
     args.data_dir = str(Path(args.data_dir).resolve())  # the steps run in the repository's root folder
-    MNISTDataModule(args.data_dir).prepare_data()  # once, up front: every step reads the same files
+    sizes = {"val_size": args.val_size} if args.val_size is not None else {}
+    MNISTDataModule(args.data_dir, **sizes).prepare_data()  # once, up front: every step reads the same files
     mode = "cpu" if args.cpu else "gpu"
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         check = Check(args, Path(tmp))
