@@ -33,7 +33,12 @@ def predict(ckpt: str, *inputs, tmp_path: Path, flags=()) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("output", "phrase"),
-    [("out.txt", "ending in .csv or .json"), ("folder.csv", "is a folder"), ("afile/out.csv", "not a folder")],
+    [
+        ("out.txt", "ending in .csv or .json"),
+        ("folder.csv", "is a folder"),
+        ("afile/out.csv", "not a folder"),
+        ("/proc/out.csv", "/proc/out.csv cannot be written"),  # /proc takes no new file, even from root
+    ],
 )
 def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
     (tmp_path / "folder.csv").mkdir()

@@ -9,8 +9,8 @@ row: a class and its probability, the class marked uncertain, "blank" for a file
 
 import csv
 import logging
-import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from .checkpoints import first_line, load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .devices import check_accelerator
-from .errors import NothingToPredict, UserError, run_main
+from .errors import NothingToPredict, UserError, WriteError, run_main
 from .records import write_json
 
 OUTPUT_SUFFIXES = (".csv", ".json")
@@ -78,11 +78,15 @@ def check_output(output: str | None) -> Path | None:
     if path.is_dir():
         raise UserError(f"--output {path} is a folder; pass a file name ending in .csv or .json.")
     existing = next(parent for parent in path.parents if parent.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        problem = "not a folder" if not existing.is_dir() else "not writable"
-        raise UserError(f"--output {path} cannot be written: {existing} is {problem}.")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise UserError(f"--output {path} cannot be written: the file is read-only.")
+    if not existing.is_dir():
+        raise UserError(f"--output {path} cannot be written: {existing} is not a folder.")
+    try:  # tried, not asked: os.access says yes to root even where nothing can be written (/proc)
+        if path.exists():
+            path.open("a").close()
+        else:
+            tempfile.TemporaryFile(dir=existing).close()
+    except OSError as error:
+        raise UserError(f"--output {path} cannot be written: {(error.strerror or str(error)).lower()}.") from error
     return path
 
 
@@ -236,11 +240,14 @@ def write_rows(rows: list[dict], path: Path, classes: int) -> None:
     if path.suffix.lower() == ".json":
         write_json(path, {"predictions": rows})
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=columns(classes))
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=columns(classes))
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as error:
+        raise WriteError(path, error) from error
 
 
 def main(argv: list[str] | None = None) -> int:
