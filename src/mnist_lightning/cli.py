@@ -342,12 +342,10 @@ def check_config_file(path: Path, options: set[str]) -> None:
             f"every option at the top level (max_epochs: 20, lr: 0.01), the data module under data:. {example}."
         )
     if unknown:
-        guesses = [
-            f"{key} (did you mean {close[0]}?)"
-            if (close := [SYNONYMS[key]] if key in SYNONYMS else difflib.get_close_matches(key, options, 1))
-            else key
-            for key in unknown
-        ]
+        close = {
+            key: SYNONYMS.get(key) or next(iter(difflib.get_close_matches(key, options, 1)), None) for key in unknown
+        }
+        guesses = [f"{key} (did you mean {close[key]}?)" if close[key] else key for key in unknown]
         raise UserError(
             f"The config file {path} sets options that do not exist: {', '.join(guesses)}. {example[0].upper()}"
             f"{example[1:]}."

@@ -54,12 +54,13 @@ class MNISTDataModule(LightningDataModule):
         super().__init__()
         if dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {sorted(DATASETS)}, got {dataset!r}")
-        for name, value, lowest in (("batch_size", batch_size, 1), ("val_size", val_size, 1)):
-            if value < lowest:
-                raise ValueError(f"{name} must be at least {lowest}, got {value}")
-        if not 0 <= num_workers <= (os.cpu_count() or 1):
+        for name, value in (("batch_size", batch_size), ("val_size", val_size)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        max_workers = os.cpu_count() or 1
+        if not 0 <= num_workers <= max_workers:
             raise ValueError(
-                f"num_workers must be between 0 and {os.cpu_count()} (this machine's cores), got {num_workers}"
+                f"num_workers must be between 0 and {max_workers} (this machine's cores), got {num_workers}"
             )
         self.save_hyperparameters()
         self.torchvision_class, self.mean, self.std = DATASETS[dataset]
@@ -72,6 +73,8 @@ class MNISTDataModule(LightningDataModule):
 
     def prepare_data(self) -> None:
         """Download the dataset unless it is there; torchvision checks the archives' MD5 sums and parses the files."""
+        if self.prepared:  # Lightning calls this hook before each stage; the files do not change in between
+            return
         for filename, md5 in self.torchvision_class.resources:  # torchvision would try to download over it
             archive = self.raw_folder / filename
             if archive.is_file() and not check_integrity(str(archive), md5):
@@ -80,8 +83,6 @@ class MNISTDataModule(LightningDataModule):
                     "download it, or copy an intact original in its place.",
                     exit_code=1,
                 )
-        if self.prepared:  # Lightning calls this hook before each stage; the files do not change in between
-            return
         sizes = [len(self._parse(train, download=True)[1]) for train in (True, False)]
         self._check_val_size(sizes[0])  # here, before training starts, not first in setup()
         self.prepared = True
@@ -152,8 +153,8 @@ class MNISTDataModule(LightningDataModule):
 
     def _parse(self, train: bool, download: bool = False) -> tuple[Tensor, Tensor]:
         """uint8 images [N, 28, 28] and int64 labels [N], parsed by torchvision."""
-        new_folders = [path for path in (self.raw_folder, self.raw_folder.parent, Path(self.hparams.data_dir))]
-        new_folders = [path for path in new_folders if not path.exists()]
+        folders = (self.raw_folder, self.raw_folder.parent, Path(self.hparams.data_dir))
+        new_folders = [path for path in folders if not path.exists()]
         try:
             parsed = self.torchvision_class(self.hparams.data_dir, train=train, download=download)
         except Exception as error:

@@ -19,6 +19,7 @@ import torch
 from .errors import WriteError
 
 RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
+LOCK_FILE = ".lock"  # held by the command writing into a run folder (see lock)
 
 
 class OutputDirError(Exception):
@@ -46,7 +47,7 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
 
 # What a run leaves in its folder before its first checkpoint: the record, logs, an empty checkpoints/ (perhaps
 # with the temporary file of a write that a kill interrupted).
-UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", ".lock"}
+UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", LOCK_FILE}
 
 
 def clear_unstarted_run(folder: Path) -> bool:
@@ -62,7 +63,6 @@ def clear_unstarted_run(folder: Path) -> bool:
     return True
 
 
-LOCK_FILE = ".lock"
 _held: dict[Path, Any] = {}  # the open lock files of this process, by folder
 
 
