@@ -1,13 +1,9 @@
-"""The command line of ``scripts/train.py``, turned into built objects: the one place where that happens.
+"""The command line of ``scripts/train.py`` turned into built objects: the one place where that happens.
 
-Every option of the Trainer and of the Classifier is a top-level flag (``--accelerator gpu --devices 1
---lr 0.01``) and a top-level key of a YAML config file; the data module is chosen by class path (``--data
-my_package.MyData``, default the MNIST one) with its arguments as ``--data.NAME``, and ``--batch_size``, which
-every data module takes, is a top-level flag too. jsonargparse, the parser behind LightningCLI, reads them
-straight from the classes' signatures, so a new argument of the model or the data module is a new flag with no
-parser code. (LightningCLI itself would nest them as
-``--trainer.accelerator``, ``--model.lr``; the flat flags keep ``--accelerator gpu --devices 1`` as people type
-it.) Each run records the configuration it resolved to in ``<run>/config.yaml``.
+Every argument of the Trainer and of the Classifier is a top-level flag and config-file key (``--accelerator gpu
+--devices 1 --lr 0.01``: LightningCLI would nest them as ``--trainer.accelerator``); the network and the data module
+are chosen by class path (``--net``, ``--data``) with their arguments as ``--net.NAME``, ``--data.NAME``. jsonargparse
+reads them from the classes' signatures. Each run records the configuration it resolved to in ``<run>/config.yaml``.
 """
 
 import difflib
@@ -21,9 +17,8 @@ import re
 import shlex
 import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,7 +55,6 @@ from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_ne
 USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException, WriteError)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-RECORD = RUN_RECORD
 # What may differ when a run is resumed from its record: how long it trains, where and how it shows progress.
 # Anything else would make the finished run a mix of two configurations, and is refused.
 RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
@@ -93,6 +87,7 @@ class Parser(ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+@cache  # one parser per process: parsing, building the classes and saving the record share it
 def build_parser() -> ArgumentParser:
     parser = Parser(
         prog="train.py",
@@ -118,8 +113,7 @@ def build_parser() -> ArgumentParser:
     # The data's sizes are the data module's to give, not options (build_model_and_data).
     parser.add_class_arguments(Classifier, nested_key=None, instantiate=False, skip={"input_shape", "num_classes"})
     parser.add_subclass_arguments(LightningDataModule, "data", help="The data module, by class path.")
-    # (Its heading would be the first lines of LightningDataModule's docstring, cut mid-sentence.)
-    parser.groups["data"].title = (
+    parser.groups["data"].title = (  # else the first lines of LightningDataModule's docstring, cut mid-sentence
         "The data: any LightningDataModule by class path, its arguments as --data.NAME VALUE (listed by "
         "--data.help CLASS_PATH)"
     )
@@ -141,13 +135,13 @@ def build_parser() -> ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> Namespace:
     """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
-    argv = list(argv) if argv is not None else sys.argv[1:]
+    argv = list(sys.argv[1:] if argv is None else argv)
     # --print_config is answered here, after the values are checked: jsonargparse would print unchecked ones.
     print_config = [arg for arg in argv if arg.split("=")[0] == "--print_config"]
     argv = [arg for arg in argv if arg not in print_config]
     parser = build_parser()
     options = {action.dest.split(".")[0] for action in parser._actions} - {"help", "config", "print_config"}
-    for path in config_paths(argv):
+    for path in flag_values(argv, "--config"):
         check_config_file(Path(path), options)
     refuse_data_batch_size(argv)
     try:
@@ -157,9 +151,8 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         config = None if record else parser.parse_args(argv)
         record = record or resume_record(config.output_dir, config.ckpt_path)
         if record:
-            recorded = parser.parse_args(["--config", record])
             config = parser.parse_args(["--config", record, *argv])
-            refuse_changes(recorded, config)
+            refuse_changes(parser.parse_args(["--config", record]), config)
     except ArgumentError as error:
         raise UserError(f"{explain(error)} {more_help(parser)}") from error
     check_ranges(config)
@@ -171,36 +164,39 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     return config
 
 
-def refuse_data_batch_size(argv: list[str]) -> None:
-    """The data module's batch_size is the top-level --batch_size (linked into it), which would silently win."""
-    given = [arg.split("=")[0] for arg in argv if arg.split("=")[0] == "--data.batch_size"]
-    for path in config_paths(argv):
-        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data")
-        init_args = data.get("init_args") if isinstance(data, dict) else None
-        if isinstance(init_args, dict) and "batch_size" in init_args:
-            given.append(f"batch_size under data: init_args: in {path}")
-    if given:
-        raise UserError(
-            f"{given[0]}: the batch size is the top-level --batch_size (a top-level batch_size: in a config file), "
-            "which every data module takes; give it there."
-        )
+def flag_values(argv: list[str], flag: str) -> list[str]:
+    """The values given to ``flag`` on the command line (``--flag value`` or ``--flag=value``), in order, unparsed."""
+    pairs = itertools.pairwise([*argv, ""])
+    return [value if arg == flag else arg.split("=", 1)[1] for arg, value in pairs if arg.split("=")[0] == flag]
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
-    """The value last given to ``flag`` on the command line (``--flag value`` or ``--flag=value``), unparsed."""
-    values = [value for name, value in itertools.pairwise(argv) if name == flag]
-    return (values + [arg.split("=", 1)[1] for arg in argv if arg.startswith(f"{flag}=")] or [None])[-1]
+    return (flag_values(argv, flag) or [None])[-1]
+
+
+def refuse_data_batch_size(argv: list[str]) -> None:
+    """The data module's batch_size is the top-level --batch_size (linked into it), which would silently win."""
+    given = [arg for arg in argv if arg.split("=")[0] == "--data.batch_size"]
+    for path in flag_values(argv, "--config"):
+        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data")
+        if isinstance(data, dict) and "batch_size" in (data.get("init_args") or {}):
+            given.append(f"batch_size under data: init_args: in {path}")
+    if given:
+        raise UserError(
+            f"{given[0].split('=')[0]}: the batch size is the top-level --batch_size (a top-level batch_size: in a "
+            "config file), which every data module takes; give it there."
+        )
 
 
 def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
     """The record of the run that ``--output_dir <run> --ckpt_path last`` resumes, if it has one."""
-    record = Path(output_dir or "") / RECORD
+    record = Path(output_dir or "") / RUN_RECORD
     return str(record) if ckpt_path == "last" and output_dir and record.is_file() else None
 
 
 def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) -> Namespace:
-    """``parser.parse_args(argv)`` for the other entry points, with a mistake as one paragraph (the parser must be
-    made with ``exit_on_error=False``; else jsonargparse prints its usage and exits)."""
+    """``parser.parse_args(argv)`` for the other entry points (parsers made with ``exit_on_error=False``), a mistake
+    as one paragraph instead of jsonargparse's usage dump."""
     try:
         return parser.parse_args(argv)
     except ArgumentError as error:
@@ -211,40 +207,39 @@ def more_help(parser: ArgumentParser) -> str:
     return f"Run `python scripts/{parser.prog} --help` for every option and its type."
 
 
-# The valid ranges of numeric options that nothing checks before training starts (Lightning's own loops would
-# end in a ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
-RANGES = {
-    "seed": (0, 2**32 - 1),
-    "batch_size": (1, None),  # a flag of its own, given to whichever data module --data names
-    "max_epochs": (-1, None),
-    "min_epochs": (0, None),
-    "max_steps": (-1, None),
-    "min_steps": (0, None),
-    "accumulate_grad_batches": (1, None),
-    "check_val_every_n_epoch": (1, None),
-    "log_every_n_steps": (1, None),
-    "num_nodes": (1, None),
-    "num_sanity_val_steps": (-1, None),
-    "reload_dataloaders_every_n_epochs": (0, None),
-    "gradient_clip_val": (0, None),
-}
-
-
+# Valid ranges of numeric options that nothing checks before training starts (Lightning's loops would end in a
+# ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
+RANGES = {"seed": (0, 2**32 - 1), "batch_size": (1, None), "max_epochs": (-1, None), "min_epochs": (0, None)}
+RANGES |= {"max_steps": (-1, None), "min_steps": (0, None), "accumulate_grad_batches": (1, None)}
+RANGES |= {"check_val_every_n_epoch": (1, None), "log_every_n_steps": (1, None), "num_nodes": (1, None)}
+RANGES |= {"num_sanity_val_steps": (-1, None), "reload_dataloaders_every_n_epochs": (0, None)}
+RANGES |= {"gradient_clip_val": (0, None)}
 # Options that take a fraction of the batches (a float) or a number of batches (an int).
 BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
 BATCH_LIMITS += ("overfit_batches",)
 
 
 def check_ranges(config: Namespace) -> None:
+    """Every setting Lightning would only refuse later (or never), checked before anything starts."""
     for name, (lowest, highest) in RANGES.items():
         value = config.get(name)
-        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if (lowest is not None and value < lowest) or (highest is not None and value > highest):
+        if isinstance(value, int | float) and not isinstance(value, bool) and not lowest <= value <= (highest or value):
             valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
             raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
-    endless = config.max_epochs == -1 and config.max_steps in (None, -1)
-    if endless and config.lr_schedule == "cosine":
+    for name in BATCH_LIMITS:
+        value = config.get(name)
+        if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
+            raise UserError(
+                f"--{name} {value} is out of range: it takes a fraction of the batches from 0.0 to 1.0, or a "
+                "number of batches (a whole number, 0 or more)."
+            )
+    interval = config.get("val_check_interval")
+    if interval is not None and not isinstance(interval, bool) and interval <= 0:
+        raise UserError(
+            f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
+            "1.0), or a number of training batches (1 or more)."
+        )
+    if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
         raise UserError(
             "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
             "--max_epochs or --max_steps, or pass --lr_schedule constant."
@@ -256,22 +251,8 @@ def check_ranges(config: Namespace) -> None:
     if str(config.precision) in ("16", "16-true") and config.lr > torch.finfo(torch.float16).max:
         raise UserError(
             f"--lr {config.lr} does not fit the 16-bit weights of --precision {config.precision} (at most "
-            f"{torch.finfo(torch.float16).max:g}): the optimizer could not apply it. Use a smaller --lr or another "
-            "--precision."
+            f"{torch.finfo(torch.float16).max:g}). Use a smaller --lr or another --precision."
         )
-    interval = config.get("val_check_interval")
-    if interval is not None and not isinstance(interval, bool) and interval <= 0:
-        raise UserError(
-            f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
-            "1.0), or a number of training batches (1 or more)."
-        )
-    for name in BATCH_LIMITS:
-        value = config.get(name)
-        if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
-            raise UserError(
-                f"--{name} {value} is out of range: it takes a fraction of the batches from 0.0 to 1.0, or a "
-                "number of batches (a whole number, 0 or more)."
-            )
     if config.get("max_time") is not None:
         try:
             Timer(duration=config.max_time)
@@ -282,12 +263,6 @@ def check_ranges(config: Namespace) -> None:
             ) from error
 
 
-def config_paths(argv: list[str]) -> list[str]:
-    """The files given to ``--config``, in order."""
-    paths = [value for flag, value in itertools.pairwise(argv) if flag == "--config"]
-    return paths + [arg.removeprefix("--config=") for arg in argv if arg.startswith("--config=")]
-
-
 class DuplicateKeyError(yaml.constructor.ConstructorError):
     pass
 
@@ -296,12 +271,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last one silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise DuplicateKeyError(None, None, f"{key} is set twice", key_node.start_mark)
-            seen.add(key)
+        keys = [self.construct_object(key_node, deep=deep) for key_node, _ in node.value]
+        for index, key in enumerate(keys):
+            if key in keys[:index]:
+                raise DuplicateKeyError(None, None, f"{key} is set twice", node.value[index][0].start_mark)
         return super().construct_mapping(node, deep)
 
 
@@ -320,21 +293,17 @@ def check_config_file(path: Path, options: set[str]) -> None:
         raise UserError(f"The config file {path} is not a text file: {error.reason}.") from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
         if isinstance(error, DuplicateKeyError):
-            raise UserError(f"The config file {path}{where}: {problem}. Keep one of its lines.") from error
+            raise UserError(f"The config file {where}: {error.problem}. Keep one of its lines.") from error
         raise UserError(
-            f"The config file {path}{where}, is not valid YAML: {problem}. A config file holds `option: value` "
-            "lines, e.g. `max_epochs: 20`."
+            f"The config file {where}, is not valid YAML: {getattr(error, 'problem', None) or error}. A config "
+            "file holds `option: value` lines, e.g. `max_epochs: 20`."
         ) from error
     example = "`python scripts/train.py --print_config` prints every option as a config file"
-    if content is None:
-        raise UserError(f"The config file {path} holds no options (it is empty, or only comments); {example}.")
     if not isinstance(content, dict):
-        raise UserError(
-            f"The config file {path} holds a {type(content).__name__}, not `option: value` lines; {example}."
-        )
+        holds = "no options (it is empty, or only comments)" if content is None else f"a {type(content).__name__}"
+        raise UserError(f"The config file {path} holds {holds}, not `option: value` lines; {example}.")
     unknown = [str(key) for key in content if key not in options]
     if {"trainer", "model"} & set(unknown):
         raise UserError(
@@ -346,75 +315,10 @@ def check_config_file(path: Path, options: set[str]) -> None:
             key: SYNONYMS.get(key) or next(iter(difflib.get_close_matches(key, options, 1)), None) for key in unknown
         }
         guesses = [f"{key} (did you mean {close[key]}?)" if close[key] else key for key in unknown]
-        raise UserError(
-            f"The config file {path} sets options that do not exist: {', '.join(guesses)}. {example[0].upper()}"
-            f"{example[1:]}."
-        )
+        raise UserError(f"The config file {path} sets options that do not exist: {', '.join(guesses)}; {example}.")
 
 
-def explain(error: ArgumentError | str) -> str:
-    """jsonargparse's message about one option, as a sentence about the flag a user typed."""
-    text = " ".join(str(error).split())
-    # jsonargparse before 4.46 appends the raw value it was given, as its own internal type: no help to anyone.
-    text = re.sub(
-        r" Given value type: <class 'jsonargparse\._util\.NestedArg'> Given value: NestedArg\(.*?\)", "", text
-    )
-    if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):
-        # argparse takes a flag's first letters for the flag; "--devices+" is jsonargparse's append form of --devices.
-        options = [option for option in ambiguous[2].split(", ") if not option.endswith("+")]
-        listed = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else "".join(options)
-        return f"{ambiguous[1]} is not an option; did you mean {listed}?"
-    match = re.match(r'Parser key "([^"]+)": (.*)', text)
-    if not match:
-        return text.rstrip(".") + "."
-    flag, problem = f"--{match[1]}", match[2]
-    # An argument of a class given by class path (--data.val_size, --net.width): jsonargparse's message about it is
-    # nested in the one about the class (as a subclass for --data, as a callable for --net).
-    owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
-    if inner := re.search(owner + r' Parser key "([^"]+)": (.*)', problem):
-        said = re.sub(r" - Expected a <class 'NoneType'>.*| Got value: Namespace\(.*", "", inner[2]).rstrip(".")
-        return explain(f'Parser key "{match[1]}.{inner[1]}": {said}')
-    class_path = re.search(r"class_path '([^']+)'|class_path='([^']+)'", problem)
-    class_path = class_path and (class_path[1] or class_path[2])
-    # "Option 'X' is not accepted" (jsonargparse 4.46 and later), "Key 'X' is not expected" (before).
-    if (option := re.search(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)", problem)) and class_path:
-        return not_an_argument(flag, option[1], class_path)
-    if subclass := re.search(r"Import path does not correspond to a subclass of (\w+).* Given value: (\S+)$", problem):
-        return (
-            f"{flag} {subclass[2]} is not a {subclass[1]}. {flag} takes the class path of a {subclass[1]}"
-            f"{EXAMPLES.get(flag, '')}, with its arguments as {flag}.NAME VALUE."
-        )
-    if unimported := re.search(r"expects a function or a callable class: (.*?)\.? Got value: (\S+)$", problem):
-        problem = f"Problem with given class_path '{unimported[2]}': {unimported[1]}"
-    if choices := re.search(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
-        valid = ", ".join(choice.strip(" '") for choice in choices[1].split(","))
-        return f"{flag} {choices[2]} is not one of the choices: {valid}."
-    if class_path := re.search(r"Problem with given class_path '([^']+)': (.*?)(?: - Expected a|$)", problem):
-        return (
-            f"{flag} {class_path[1]} cannot be built: {class_path[2].rstrip('. ')}. {flag} takes the class path of a "
-            f"class Python can import{EXAMPLES.get(flag, '')}, and its arguments as {flag}.NAME VALUE."
-        )
-    names = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
-    if kind := re.search(r"Expected a <class '(\w+)'>\. Got value: (.*)", problem):
-        if kind[1] == "float" and is_number(kind[2]):  # inf or nan: jsonargparse takes finite numbers only
-            return f"{flag} {kind[2]} is not a finite number."
-        return f"{flag} {kind[2]} is not {names.get(kind[1], kind[1])}."
-    if "Union subtypes" in problem and (given := re.search(r"Given value: (.*)$", problem)):
-        subtypes = re.search(r"Subtypes: \[(.*?)\] Errors:", problem)
-        kinds = []
-        for subtype in re.split(r", (?=typing\.|<class|list\[|dict\[)", subtypes[1] if subtypes else ""):
-            if literal := re.match(r"typing\.Literal\[(.*)\]", subtype):
-                kinds += [choice.strip(" '") for choice in literal[1].split(",")]
-            elif simple := re.match(r"<class '(\w+)'>", subtype):
-                kinds += ["true", "false"] if simple[1] == "bool" else [names[simple[1]]] if simple[1] in names else []
-            elif cls := re.match(r"<class '[\w.]*\.(\w+)'>", subtype):
-                kinds.append(f"the class path of a {cls[1]} (with its arguments as {flag}.NAME VALUE)")
-        kinds = list(dict.fromkeys(kinds))
-        listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else "".join(kinds) or "a valid value"
-        return f"{flag} {given[1]} is not {listed}."
-    return f"{flag}: {problem.rstrip('.')}."
-
-
+KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
 EXAMPLES = {
     "--net": " (e.g. mnist_lightning.model.SimpleNN) whose first two arguments are the shape of one sample and the "
     "number of classes",
@@ -422,13 +326,61 @@ EXAMPLES = {
 }
 
 
+def explain(error: ArgumentError | str) -> str:
+    """jsonargparse's message about one option (which lists every type it tried, nested for class paths) as one
+    sentence about the flag a user typed."""
+    text = " ".join(str(error).split())
+    if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):  # argparse's prefix matching
+        options = [option for option in ambiguous[2].split(", ") if not option.endswith((".help", "+"))]
+        return f"{ambiguous[1]} is not an option; did you mean {either(options)}?"
+    if not (match := re.match(r'Parser key "([^"]+)": (.*)', text)):
+        return text.rstrip(".") + "."
+    flag, problem = f"--{match[1]}", match[2]
+    # An argument of a class given by class path (--data.val_size, --net.width): its message nests in the class's.
+    owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
+    if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)(?: - Expected a <class .NoneType.>.*)?$', problem):
+        return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
+    given = re.search(r"(?:Given|Got) value: (\S+)$", problem)
+    value = given[1] if given else ""
+    path = re.search(r"class_path[ =]'([^']+)'", problem)
+    if (option := re.search(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)", problem)) and path:
+        return not_an_argument(flag, option[1], path[1])
+    takes = f"{flag} takes the class path of a"
+    if subclass := re.search(r"does not correspond to a subclass of (\w+)", problem):
+        return f"{flag} {value} is not a {subclass[1]}. {takes} {subclass[1]}{EXAMPLES.get(flag, '')}."
+    if unbuilt := re.search(r"(?:callable class|class_path '[^']+'): (.*?)\.? (?:- Expected a|Got value)", problem):
+        why = unbuilt[1]
+        return f"{flag} {value} cannot be built: {why}. {takes} class Python can import{EXAMPLES.get(flag, '')}."
+    if choices := re.fullmatch(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
+        return f"{flag} {choices[2]} is not one of the choices: {choices[1].replace(chr(39), '')}."
+    kinds = []
+    for expected in re.findall(r"Expected a (typing\.Literal\[.*?\]|<class '[\w.]+'>|<class 'list'>)", problem):
+        if literal := re.match(r"typing\.Literal\[(.*)\]", expected):
+            kinds += [choice.strip(" '") for choice in literal[1].split(",")]
+        elif (name := expected[8:-2]) == "bool":
+            kinds += ["true", "false"]
+        elif name in KINDS:
+            kinds.append(KINDS[name])
+    kinds += [
+        f"the class path of a {cls} (with its arguments as {flag}.NAME VALUE)"
+        for cls in re.findall(r"Subtypes: \[.*?<class '[\w.]*\.(\w+)'>", problem)
+    ]
+    if "float" in problem and re.fullmatch(r"[+-]?(inf|nan|infinity)", value, flags=re.IGNORECASE):
+        return f"{flag} {value} is not a finite number."  # jsonargparse takes finite numbers only
+    if kinds:
+        return f"{flag} {value} is not {either(list(dict.fromkeys(kinds)))}."
+    return f"{flag}: {problem.rstrip('.')}."
+
+
+def either(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " or " * (len(items) > 1) + items[-1]
+
+
 def not_an_argument(flag: str, name: str, class_path: str) -> str:
-    """``--net.NAME`` or ``--data.NAME`` that the class does not take as an option: what it does take."""
+    """``--net.NAME`` or ``--data.NAME`` that the class does not take: what it does take."""
     try:
-        module, _, name_in_module = class_path.rpartition(".")
-        parameters = list(
-            inspect.signature(getattr(importlib.import_module(module), name_in_module)).parameters.values()
-        )
+        module, _, attribute = class_path.rpartition(".")
+        parameters = inspect.signature(getattr(importlib.import_module(module), attribute)).parameters.values()
     except Exception:  # not importable or not inspectable here: jsonargparse's own words
         return f"{flag}.{name} is not an argument of {class_path}."
     named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -436,44 +388,31 @@ def not_an_argument(flag: str, name: str, class_path: str) -> str:
     if name in sizes:
         return (
             f"{flag}.{name} is not an option: the first two arguments of {class_path} ({', '.join(sizes)}) are "
-            "given by the data module (--data). A network of this template takes the shape of one sample and the "
-            f"number of classes first, e.g. MyNet(input_shape, num_classes, width=64); its other arguments are "
-            f"{flag}.NAME VALUE."
+            f"given by the data module (--data). {NETWORK_RULE[0].upper()}{NETWORK_RULE[1:]}; its other arguments "
+            f"are {flag}.NAME VALUE."
         )
     options = [f"{flag}.{option}" for option in named if option not in sizes and option != "batch_size"]
     takes = f"it takes {', '.join(options)}" if options else "it takes no other arguments"
     return f"{flag}.{name} is not an argument of {class_path}: {takes}."
 
 
-def is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def as_flag(key: str) -> str:
-    """A key of the resolved configuration as the flag that sets it: data.init_args.val_size -> --data.val_size."""
-    return "--" + re.sub(r"\.class_path$", "", key.replace(".init_args.", "."))
-
-
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
     # data.init_args.batch_size is --batch_size, linked: a change is listed once, as --batch_size.
     ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.init_args.batch_size"}
     keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
-    changed = [
-        key
-        for key in keys
-        if key not in ignored and key.split(".")[0] not in ignored and config[key] != recorded.get(key)
-    ]
+    changed = [key for key in keys if not {key, key.split(".")[0]} & ignored and config[key] != recorded.get(key)]
     if changed:
         listed = "; ".join(f"{as_flag(key)} {recorded.get(key)} -> {config[key]}" for key in changed)
-        may_change = ", ".join(sorted(as_flag(key) for key in RESUMABLE_CHANGES))
         raise UserError(
-            f"A resumed run keeps the configuration in its {RECORD}, but these options differ from it: {listed}. "
-            f"Leave them out to resume the run as it was (only {may_change} may change), or start a new run."
+            f"A resumed run keeps the configuration in its {RUN_RECORD}, but these options differ from it: {listed}. "
+            f"Leave them out to resume the run as it was (only {', '.join(sorted(map(as_flag, RESUMABLE_CHANGES)))} "
+            "may change), or start a new run."
         )
+
+
+def as_flag(key: str) -> str:
+    """A key of the resolved configuration as the flag that sets it: data.init_args.val_size -> --data.val_size."""
+    return "--" + key.replace(".init_args.", ".").removesuffix(".class_path")
 
 
 @dataclass
@@ -487,20 +426,11 @@ class Training:
     run_dir: Path
     resuming: bool
 
-    @contextmanager
-    def removed_if_failed(self) -> Iterator[None]:
-        """A new run that fails before its first checkpoint leaves no folder behind."""
-        try:
-            yield
-        except BaseException:
-            if not self.resuming and self.trainer.is_global_zero:
-                discard_new_run(self.run_dir)
-            raise
-
 
 def build_training(config: Namespace) -> Training:
-    """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run."""
-    # Everything that can be wrong is checked before Lightning's banners print and before any folder is made.
+    """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run.
+    Everything that can be wrong is checked before Lightning's banners print; a new run that fails before its
+    first checkpoint leaves no folder behind (:func:`mnist_lightning.train.main` discards it)."""
     check_accelerator(config.accelerator, config.devices)
     refuse_empty_training(config)
     weights = start_weights(config)
@@ -508,38 +438,33 @@ def build_training(config: Namespace) -> Training:
         read_checkpoint(weights)  # refuses a missing, damaged or foreign file before anything starts
     run_dir, resuming = choose_run_dir(config)
     try:
-        return build_in(run_dir, resuming, weights, config)
+        if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
+            for name in ("lightning.pytorch", "lightning.fabric"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+        # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
+        seed_everything(config.seed, workers=True, verbose=False)
+        torch.set_float32_matmul_precision(config.float32_matmul_precision)  # as on every rung
+        built, model, datamodule = build_model_and_data(config)
+        if weights and not resuming:
+            load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
+        if rank_zero_only.rank == 0:
+            datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
+        check_monitors(as_list(built.callbacks), model)
+        trainer = build_trainer(built, run_dir, resuming)
+        record_classes(model, datamodule, config)
+        if trainer.is_global_zero:
+            # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time
+            # kept here would stop every later resume at once (Lightning's Timer counts the whole run's time).
+            record = config.clone()
+            record.output_dir, record.max_time, record.ckpt_path = None, None, weights
+            build_parser().save(record, run_dir / RUN_RECORD, skip_none=False, overwrite=True, multifile=False)
     except BaseException:
         if not resuming and rank_zero_only.rank == 0:
             discard_new_run(run_dir)
         raise
-
-
-def build_in(run_dir: Path, resuming: bool, weights: str | None, config: Namespace) -> Training:
-    ckpt_path = str(run_dir / "checkpoints" / "last.ckpt") if resuming else None
-    if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
-        for name in ("lightning.pytorch", "lightning.fabric"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json: no banner.
-    seed_everything(config.seed, workers=True, verbose=False)
-    torch.set_float32_matmul_precision(config.float32_matmul_precision)  # as on every rung, before Lightning asks
-    built, model, datamodule = build_model_and_data(config)
-    if weights and not resuming:
-        load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
-    if rank_zero_only.rank == 0:
-        datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
-    check_monitors(as_list(built.callbacks), model)
-    trainer = build_trainer(built, run_dir, resuming)
-    record_classes(model, datamodule, config)
-    if trainer.is_global_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        record = config.clone()
-        # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time
-        # kept here would stop every later resume at once (Lightning's Timer counts the whole run's time).
-        record.output_dir = record.max_time = None
-        record.ckpt_path = weights
-        build_parser().save(record, run_dir / RECORD, skip_none=False, overwrite=True, multifile=False)
-    return Training(trainer, model, datamodule, ckpt_path, run_dir, resuming)
+    return Training(
+        trainer, model, datamodule, str(run_dir / "checkpoints" / "last.ckpt") if resuming else None, run_dir, resuming
+    )
 
 
 def check_monitors(callbacks: list, model: Classifier) -> None:
@@ -583,9 +508,9 @@ def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, Ligh
             raise UserError(f"{error}.") from error
         except Exception as error:  # the network's class: its own arguments, or first ones not the data's sizes
             raise UserError(
-                f"--net {net} could not be built for the data ({sizes['num_classes']} classes, "
-                f"samples of shape {tuple(sizes['input_shape'])}) as {built_as}: {first_line(error)}. Check its "
-                f"arguments (--net.NAME VALUE); {NETWORK_RULE}."
+                f"--net {net} could not be built for the data ({sizes['num_classes']} classes, samples of shape "
+                f"{tuple(sizes['input_shape'])}) as {built_as}: {first_line(error)}. Check its arguments "
+                f"(--net.NAME VALUE); {NETWORK_RULE}."
             ) from error
     for warning in warned:
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
@@ -617,7 +542,7 @@ def start_weights(config: Namespace) -> str | None:
     its record (if the run started from one)."""
     if config.ckpt_path != "last":
         return config.ckpt_path
-    record = Path(config.output_dir or "") / RECORD
+    record = Path(config.output_dir or "") / RUN_RECORD
     return (yaml.safe_load(record.read_text()) or {}).get("ckpt_path") if record.is_file() else None
 
 
@@ -627,14 +552,11 @@ def build_classes(config: Namespace) -> Namespace:
         return build_parser().instantiate_classes(config)
     except Exception as error:  # whatever a user's class raises from its __init__
         text = str(error)
-        # jsonargparse lists the ways it tried to read the value (in an order that varies between its versions):
-        # the class's own error is the one that is not about another type.
-        # (each way with the lines indented under it: the class's own message may follow on them).
+        # jsonargparse lists the ways it tried to read the value (in an order that varies between its versions),
+        # each with the lines indented under it: the class's own error is the one that is not about another type.
         tried = [" ".join(way.split()) for way in re.findall(r"^  - (.*(?:\n {4,}.*)*)", text, flags=re.MULTILINE)]
         tried = [re.sub(r"^Problem with given class_path '[^']+':\s*", "", way) for way in tried]
-        reason = next(
-            (way for way in tried if way and not way.startswith(("Expected a", "Not a valid subclass"))), None
-        )
+        reason = next((way for way in tried if way and not way.startswith(("Expected a", "Not a valid subclass"))), "")
         given = re.search(r"class_path='([^']+)'", text)
         flag = next((f"--{name}" for name in CLASS_OPTIONS if given and given[1] in str(config.get(name))), "--FLAG")
         what = f"{flag} {given[1]}" if given else "A class given by its class path"
@@ -662,8 +584,7 @@ def refuse_empty_training(config: Namespace) -> None:
 
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
     """The entries of ``config`` that ``cls`` takes as constructor arguments."""
-    names = inspect.signature(cls.__init__).parameters
-    return {name: config[name] for name in names if name in config}
+    return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
 
 
 def record_classes(model: Classifier, datamodule: LightningDataModule, config: Namespace) -> None:
@@ -671,7 +592,7 @@ def record_classes(model: Classifier, datamodule: LightningDataModule, config: N
     LightningCLI does: a checkpoint then rebuilds any ``--net`` and ``--data`` through ``load_from_checkpoint``
     and Lightning's own ``instantiate_module``, with no pickled code in the file."""
     settings = config.as_dict()
-    chosen = {name: settings[name] for name in inspect.signature(Classifier.__init__).parameters if name in settings}
+    chosen = arguments_of(Classifier, Namespace(settings))
     if not isinstance(chosen.get("net"), dict):  # a function that builds the network: kept as its import path
         chosen["net"] = network_path(config.net)
     model.save_hyperparameters({**model.hparams, **chosen, "_instantiator": INSTANTIATOR})
@@ -684,44 +605,42 @@ def record_classes(model: Classifier, datamodule: LightningDataModule, config: N
 def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
     """This run's folder and whether it resumes a run there; decided once by rank 0 and shared with the
     processes Lightning starts for DDP."""
-    resuming = config.ckpt_path == "last"
+    resuming, run_dir = config.ckpt_path == "last", Path(config.output_dir or "")
     if rank_zero_only.rank > 0:  # a DDP rank: rank 0 has already chosen (and passed it on) or was told
         shared = config.output_dir or os.environ.get(RUN_DIR_VARIABLE)
         if not shared:
             raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
         return Path(shared), resuming
-    if resuming:
-        run_dir = Path(config.output_dir or "")
-        if config.output_dir and run_dir.is_dir():
-            lock(run_dir)  # one run at a time in a folder
-        if not config.output_dir:
-            raise UserError(
-                "--ckpt_path last resumes the run in --output_dir, but no --output_dir was given. Pass the folder of "
-                "the run to resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
-            )
-        last = run_dir / "checkpoints" / "last.ckpt"
-        if not last.is_file() and clear_unstarted_run(run_dir):
-            # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
-            print(
-                f"{run_dir} holds no checkpoint (its run stopped before the first epoch ended): starting the run "
-                f"from the beginning, with the options in its {RECORD}.",
-                file=sys.stderr,
-            )
-            resuming = False
-        elif not last.is_file():
-            raise UserError(
-                f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of "
-                "a run of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
-            )
-        else:
-            refuse_finished_run(run_dir, completed_epochs(read_checkpoint(last)), config.max_epochs)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if resuming and not config.output_dir:
+        raise UserError(
+            "--ckpt_path last resumes the run in --output_dir, but no --output_dir was given. Pass the folder of the "
+            "run to resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+        )
+    if resuming and run_dir.is_dir():
+        lock(run_dir)  # one run at a time in a folder
+    if resuming and not last.is_file() and clear_unstarted_run(run_dir):
+        # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
+        print(
+            f"{run_dir} holds no checkpoint (its run stopped before the first epoch ended): starting the run from "
+            f"the beginning, with the options in its {RUN_RECORD}.",
+            file=sys.stderr,
+        )
+        resuming = False
+    elif resuming and not last.is_file():
+        raise UserError(
+            f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of a run "
+            "of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+        )
+    elif resuming:
+        refuse_finished_run(run_dir, completed_epochs(read_checkpoint(last)), config.max_epochs)
     else:
         try:
             run_dir = new_run_dir(config.output_dir)
         except OutputDirError as error:
-            if not (Path(config.output_dir or "") / "checkpoints" / "last.ckpt").is_file():
-                raise
-            raise OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
+            if last.is_file():
+                raise OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
+            raise
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     return run_dir, resuming
 
@@ -747,15 +666,12 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
 def resume_hint(run_dir: Path) -> str:
     """The command that resumes this run, ready to paste into a shell."""
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
-    as_module = Path(script).parent.name == __package__  # python -m <package>.train
-    command = ["-m", f"{__package__}.train"] if as_module else [script]
+    command = ["-m", f"{__package__}.train"] if Path(script).parent.name == __package__ else [script]
     return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
 
 
 def as_list(value: Any) -> list:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
+    return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
 
 
 def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Logger | list[Logger] | bool:
@@ -777,10 +693,9 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False) -> T
         callbacks.append(EpochTimer(config.max_time))
     if logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
-    if config.enable_checkpointing is not False and config.limit_val_batches != 0:
-        callbacks.append(best_checkpoint(run_dir / "checkpoints"))
     if config.enable_checkpointing is not False:
         # Without validation (--limit_val_batches 0) there is no best: the run tests its last weights.
+        callbacks += [best_checkpoint(run_dir / "checkpoints")] * (config.limit_val_batches != 0)
         callbacks.append(last_checkpoint(run_dir / "checkpoints"))
     plugins = as_list(config.plugins)
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):

@@ -25,7 +25,7 @@ from .callbacks import EpochHistory
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import UserError, WriteError, run_main
 from .lightning_module import Classifier
-from .records import run_metrics, write_json
+from .records import discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
 
@@ -142,18 +142,24 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> None:
         try:
             built.append(build_training(parse_args(argv)))
-            with built[0].removed_if_failed():
-                train(built[0].trainer, built[0].model, built[0].datamodule, built[0].ckpt_path)
+            job = built[0]
+            try:
+                train(job.trainer, job.model, job.datamodule, job.ckpt_path)
+            except BaseException:  # a new run that fails before its first checkpoint leaves no folder behind
+                if not job.resuming and job.trainer.is_global_zero:
+                    discard_new_run(job.run_dir)
+                raise
         except (KeyboardInterrupt, SystemExit) as stop:
             # Inside a Trainer call Lightning ends Ctrl-C with sys.exit(1) and SIGTERM with SIGTERMException,
             # after its callbacks' on_exception; outside, SIGTERM exits through sigterm_stops (below).
             sigterm = isinstance(stop, SIGTERMException) or getattr(stop, "code", None) == 128 + signal.SIGTERM
-            interrupted = isinstance(stop, KeyboardInterrupt) or (bool(built) and built[0].trainer.interrupted)
-            if not (sigterm or interrupted):
+            if not (sigterm or isinstance(stop, KeyboardInterrupt) or (built and built[0].trainer.interrupted)):
                 raise
-            signum = signal.SIGTERM if sigterm else signal.SIGINT
-            name = "SIGTERM" if sigterm else "Ctrl-C"
-            raise Stopped(signum, f"Stopped by {name}: {where_the_run_stands(built[0] if built else None)}") from stop
+            where = where_the_run_stands(built[0] if built else None)
+            raise Stopped(
+                signal.SIGTERM if sigterm else signal.SIGINT,
+                f"Stopped by {'SIGTERM' if sigterm else 'Ctrl-C'}: {where}",
+            ) from stop
         except WriteError as error:  # a full disk, say: what was kept, and how to go on once there is room
             where = where_the_run_stands(built[0] if built else None)
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
@@ -161,17 +167,15 @@ def main(argv: list[str] | None = None) -> int:
         except MisconfigurationException as error:  # a setting Lightning refused once the data was known
             last = built[0].run_dir / "checkpoints" / "last.ckpt" if built else None
             if last and last.is_file():  # after the fit (--limit_test_batches): the trained epochs are kept
-                error.args = (
-                    f"{str(error).rstrip('.')}. {last} keeps the trained epochs: add the corrected option to "
-                    f"`{resume_hint(built[0].run_dir)}` to test it.",
-                )
+                fix = f"add the corrected option to `{resume_hint(built[0].run_dir)}` to test it"
+                error.args = (f"{str(error).rstrip('.')}. {last} keeps the trained epochs: {fix}.",)
             raise
 
     def sigterm_stops(signum: int, frame: object) -> None:
         """SIGTERM stops through the same clean-up as Ctrl-C; during fit, Lightning's own handler (which calls
         this one too) stops the run after the batch in progress."""
-        fitting = built and built[0].trainer.state.fn == TrainerFn.FITTING
-        if not (fitting and built[0].trainer.state.status == TrainerStatus.RUNNING):
+        trainer = built[0].trainer if built else None
+        if not (trainer and trainer.state.fn == TrainerFn.FITTING and trainer.state.status == TrainerStatus.RUNNING):
             sys.exit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, sigterm_stops)
