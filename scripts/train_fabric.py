@@ -9,6 +9,7 @@ scripts/train.py hands the loop to Lightning's Trainer too. From the same flags 
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -50,6 +51,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if min(args.max_epochs, args.batch_size, args.val_size) < 1:
         parser.error("--max_epochs, --batch_size and --val_size must be at least 1")
+    if not 0 <= args.seed < 2**32 or not 0 < args.lr <= torch.finfo(torch.float32).max:
+        parser.error("--seed must be between 0 and 2**32 - 1, --lr a positive number a float32 can hold")
     return args
 
 
@@ -134,6 +137,8 @@ def main(args: argparse.Namespace) -> None:
             count += len(labels)
         train_loss = (fabric.all_reduce(loss_sum, reduce_op="sum") / fabric.all_reduce(count, reduce_op="sum")).item()
         val_loss, val_acc = evaluate(model, val_loader, fabric.device)
+        if not math.isfinite(train_loss + val_loss):  # NaN weights would be saved and tested: stop at the cause
+            raise ValueError(f"training diverged in epoch {epoch} (loss {train_loss + val_loss}): use a smaller --lr")
         row = {"epoch": epoch, "seconds": time.perf_counter() - epoch_start, "train/loss": train_loss}
         history.append(row | {"val/loss": val_loss, "val/acc": val_acc})
         fabric.print(f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}")

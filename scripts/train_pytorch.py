@@ -9,6 +9,7 @@ with bit-identical weights on the CPU with --deterministic: `python scripts/comp
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -46,6 +47,8 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if min(args.max_epochs, args.batch_size, args.val_size) < 1:
         parser.error("--max_epochs, --batch_size and --val_size must be at least 1")
+    if not 0 <= args.seed < 2**32 or not 0 < args.lr <= torch.finfo(torch.float32).max:
+        parser.error("--seed must be between 0 and 2**32 - 1, --lr a positive number a float32 can hold")
     return args
 
 
@@ -139,6 +142,8 @@ def main(args: argparse.Namespace) -> None:
             count += len(labels)
         train_loss = (loss_sum / count).item()
         val_loss, val_acc = evaluate(model, val_loader, device, autocast)
+        if not math.isfinite(train_loss + val_loss):  # NaN weights would be saved and tested: stop at the cause
+            raise ValueError(f"training diverged in epoch {epoch} (loss {train_loss + val_loss}): use a smaller --lr")
         row = {"epoch": epoch, "seconds": time.perf_counter() - epoch_start, "train/loss": train_loss}
         history.append(row | {"val/loss": val_loss, "val/acc": val_acc})
         print(f"epoch {epoch}: train/loss {train_loss:.4f}, val/loss {val_loss:.4f}, val/acc {val_acc:.4f}")

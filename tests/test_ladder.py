@@ -197,7 +197,13 @@ def error_line(result: subprocess.CompletedProcess) -> str:
     [
         (["--batch_size", "0"], "--max_epochs, --batch_size and --val_size must be at least 1"),
         (["--max_epochs", "0"], "--max_epochs, --batch_size and --val_size must be at least 1"),
-        (["--lr", "nan"], "Error: Invalid learning rate: nan"),
+        (["--lr", "nan"], "--lr a positive number a float32 can hold"),
+        (["--lr", "1e39"], "--lr a positive number a float32 can hold"),
+        (["--seed", "-1"], "--seed must be between 0 and 2**32 - 1"),
+        (
+            ["--optimizer", "sgd", "--lr", "1e38"],
+            "Error: training diverged in epoch 0 (loss nan): use a smaller --lr",
+        ),
         (["--val_size", "1200"], "Error: --val_size must be below 1200, the number of training images"),
         (["--optimizer", "rmsprop"], "argument --optimizer: invalid choice: 'rmsprop'"),
         (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
