@@ -26,7 +26,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: the predict_dataloader.")
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--output", type=Path | None, default=None, help="Also write every row to a .csv or .json.")
-    parser.add_argument("--min_confidence", type=ClosedUnitInterval, default=0.5, help="Below it: uncertain.")
+    parser.add_argument("--min_confidence", type=ClosedUnitInterval, default=0.5, help="Under it a class is uncertain.")
     parser.add_argument("--max_rows", type=NonNegativeInt, default=20, help="Rows shown (all go to --output).")
     parser.add_argument("--quiet", type=bool, default=False, help="No table: only problems, on stderr.")
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
@@ -54,7 +54,7 @@ def read_files(inputs: list[str], data) -> tuple[list[dict], list]:
         files = [entry] if entry.is_file() else sorted(p for p in entry.glob("*") if p.is_file() and can_read(p))
         if not files:
             empty = f"the folder holds no file that {type(data).__name__} reads (folders in it are not searched)"
-            rows.append({"input": str(entry), "status": "skipped", "note": empty if entry.is_dir() else "not found"})
+            rows.append({"input": str(entry), "status": "skipped", "note": empty if entry.is_dir() else "no such file"})
         for path in files:
             try:
                 read = data.read_file(path)
@@ -98,14 +98,11 @@ def predict(config: Namespace) -> list[dict]:
         probabilities = [p for batch in batches for p in batch.cpu()]
     if not probabilities and not any(row.get("status") == "blank" for row in rows):
         raise UserError(f"No input could be read, so there is nothing to predict: pass files that {name} reads.")
-    predicted = iter(probabilities)
-    for row in rows:
-        if "status" not in row:
-            p = next(predicted)
-            uncertain = float(p.max()) < config.min_confidence
-            row |= {"status": "uncertain" if uncertain else "ok", "prediction": int(p.argmax())}
-            row |= {"confidence": float(p.max())} | {f"p{c}": float(value) for c, value in enumerate(p)}
-            row["note"] = f"confidence below {config.min_confidence:g}" if uncertain else None
+    for row, p in zip([row for row in rows if "status" not in row], probabilities, strict=True):
+        uncertain = float(p.max()) < config.min_confidence
+        row |= {"status": "uncertain" if uncertain else "ok", "prediction": int(p.argmax())}
+        row |= {"confidence": float(p.max())} | {f"p{c}": float(value) for c, value in enumerate(p)}
+        row["note"] = f"confidence below {config.min_confidence:g}" if uncertain else None
     columns = ["input", "status", "prediction", "confidence", *(f"p{c}" for c in range(model.hparams.num_classes))]
     rows = [dict.fromkeys([*columns, "note"]) | row for row in rows]
     if not config.quiet:
@@ -121,6 +118,8 @@ def predict(config: Namespace) -> list[dict]:
                 writer.writerows(rows)
         except OSError as error:
             raise WriteError(config.output, error) from error
+    if config.output and not config.quiet:
+        print(f"Wrote {config.output}")
     return rows
 
 
@@ -129,19 +128,17 @@ def print_table(rows: list[dict], max_rows: int, min_confidence: float) -> None:
     if rows[:max_rows]:
         print(f"{'input':<{width}}  class  confidence")
     for row in rows[:max_rows]:
-        if row["prediction"] is None:
-            print(f"{row['input']:<{width}}  {row['status']}: {row['note']}")
-        else:
-            mark = "  uncertain" if row["status"] == "uncertain" else ""
-            print(f"{row['input']:<{width}}  {row['prediction']:>5}  {row['confidence']:>10.4f}{mark}")
+        scored = row["prediction"] is not None
+        result = f"{row['prediction']:>5}  {row['confidence']:>10.4f}" if scored else f"{row['status']}: {row['note']}"
+        print(f"{row['input']:<{width}}  {result}" + "  uncertain" * (row["status"] == "uncertain"))
     if (more := len(rows) - max_rows) > 0:
         print(f"... and {more} more row{'s' * (more > 1)} (--max_rows; --output writes them all)")
     count = Counter(row["status"] for row in rows)
-    classes = Counter(row["prediction"] for row in rows if row["prediction"] is not None)
-    per_class = f" Classes {', '.join(f'{c}: {n}' for c, n in sorted(classes.items()))}." if classes else ""
+    classes = sorted(Counter(row["prediction"] for row in rows if row["prediction"] is not None).items())
     print(
         f"{len(rows)} inputs: {count['ok'] + count['uncertain']} predicted ({count['uncertain']} uncertain, "
-        f"confidence < {min_confidence:g}), {count['blank']} blank, {count['skipped']} skipped.{per_class}"
+        f"confidence < {min_confidence:g}), {count['blank']} blank, {count['skipped']} skipped."
+        + (f" Classes {', '.join(f'{c}: {n}' for c, n in classes)}." if classes else "")
     )
 
 
