@@ -35,8 +35,8 @@ def predict(ckpt: str, *inputs, tmp_path: Path, flags=()) -> list[dict]:
     ("output", "phrase"),
     [
         ("out.txt", "ending in .csv or .json"),
-        ("folder.csv", "is a folder"),
-        ("afile/out.csv", "not a folder"),
+        ("folder.csv", "is a directory"),
+        ("afile/out.csv", "not a directory"),
         ("/proc/out.csv", "/proc/out.csv cannot be written"),  # /proc takes no new file, even from root
     ],
 )
@@ -52,8 +52,14 @@ def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
-        (["x.png", "--min_confidence", "nan"], "--min_confidence nan is not a finite number"),
-        (["x.png", "--max_rows", "-1"], "--max_rows -1: use 0"),
+        (
+            ["x.png", "--min_confidence", "nan"],
+            "--min_confidence: Not of type ClosedUnitInterval: nan does not conform",
+        ),
+        (
+            ["x.png", "--max_rows", "-1"],
+            "--max_rows: Not of type NonNegativeInt: -1 does not conform to restriction v>=0",
+        ),
         (["x.png", "--ckpt_path"], "--ckpt_path"),
     ],
 )

@@ -1,4 +1,5 @@
-"""Test a trained checkpoint on the test set, on any accelerator; writes ``metrics.json`` in a new run folder."""
+"""Test a trained checkpoint on its data module's test set, on any accelerator; writes ``metrics.json``, with the
+keys of training's, in a new run folder."""
 
 import sys
 import time
@@ -19,38 +20,21 @@ from .records import new_run_dir, run_metrics, write_json
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
-    parser.add_argument(
-        "--data", type=dict, default={}, help="The data module's arguments to change, e.g. --data.data_dir other/."
-    )
-    parser.add_argument(
-        "--batch_size", type=int | None, default=None, help="Samples per batch (unless given, the training run's)."
-    )
+    parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
+    parser.add_argument("--batch_size", type=int | None, default=None, help="Default: the training run's.")
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
-    parser.add_argument(
-        "--output_dir",
-        type=str | None,
-        default=None,
-        help="The folder for metrics.json (unless given, a new one under runs/).",
-    )
+    parser.add_argument("--output_dir", type=str | None, default=None, help="Default: a new folder in runs/.")
     return parser
 
 
 def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
-    """Test ``model`` on ``datamodule``'s test set and return (and write) the metrics of a run's record."""
     start = time.perf_counter()
     (results,) = trainer.test(model, datamodule=datamodule, verbose=False)
-    metrics = run_metrics(
-        test=results,
-        device=trainer.strategy.root_device,
-        epochs=epochs,
-        history=[],
-        devices=trainer.num_devices,
-        precision=trainer.precision,
-        batch_size=datamodule.hparams.batch_size,
-        test_seconds=time.perf_counter() - start,
-    )
+    kept = {"devices": trainer.num_devices, "precision": trainer.precision, "test_seconds": time.perf_counter() - start}
+    device, batch_size = trainer.strategy.root_device, datamodule.hparams.batch_size
+    metrics = run_metrics(test=results, device=device, epochs=epochs, history=[], batch_size=batch_size, **kept)
     if model.test_confusion_matrix is not None:
         metrics["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
     if trainer.is_global_zero:
@@ -63,20 +47,12 @@ def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModul
 def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, int]:
     check_accelerator(config.accelerator, config.devices)
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
-    overrides = {
-        name: yaml.safe_load(value) if isinstance(value, str) else value for name, value in config.data.items()
-    }
+    overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
     overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
     checkpoint = load_checkpoint(config.ckpt_path, **overrides)
     checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
-    trainer = Trainer(
-        accelerator=config.accelerator,
-        devices=config.devices,
-        precision=config.precision,
-        logger=False,
-        enable_checkpointing=False,
-        default_root_dir=new_run_dir(config.output_dir),
-    )
+    options = {"logger": False, "enable_checkpointing": False, "default_root_dir": new_run_dir(config.output_dir)}
+    trainer = Trainer(accelerator=config.accelerator, devices=config.devices, precision=config.precision, **options)
     return trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs
 
 
