@@ -54,11 +54,11 @@ def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
     [
         (
             ["x.png", "--min_confidence", "nan"],
-            "--min_confidence: Not of type ClosedUnitInterval: nan does not conform",
+            "--min_confidence nan is out of range: it must be at least 0 and at most 1",
         ),
         (
             ["x.png", "--max_rows", "-1"],
-            "--max_rows: Not of type NonNegativeInt: -1 does not conform to restriction v>=0",
+            "--max_rows -1 is out of range: it must be at least 0",
         ),
         (["x.png", "--ckpt_path"], "--ckpt_path"),
     ],

@@ -351,6 +351,10 @@ def explain(error: ArgumentError | str) -> str:
     if unbuilt := re.search(r"(?:callable class|class_path '[^']+'): (.*?)\.? (?:- Expected a|Got value)", problem):
         why = unbuilt[1]
         return f"{flag} {value} cannot be built: {why}. {takes} class Python can import{EXAMPLES.get(flag, '')}."
+    if bound := re.search(r"Not of type \w+: (\S+) does not conform to restriction (.*)", problem):  # typed ranges
+        words = {"v>=": "at least ", "v<=": "at most ", "v>": "above ", "v<": "below "}
+        rule = re.sub(r"v[<>]=?", lambda sign: words[sign[0]], bound[2])
+        return f"{flag} {bound[1]} is out of range: it must be {rule}."
     if choices := re.fullmatch(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
         return f"{flag} {choices[2]} is not one of the choices: {choices[1].replace(chr(39), '')}."
     kinds = []
