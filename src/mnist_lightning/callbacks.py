@@ -4,7 +4,7 @@
 import math
 import sys
 import time
-from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -21,9 +21,8 @@ class DivergedError(Exception):
 
 
 class EpochHistory(Callback):
-    """Each epoch's wall time (training and validation) and metrics, and the whole run's fit time, kept in its
-    checkpoints so that a resumed run goes on with them. An epoch whose training loss is not finite stops the run
-    before its checkpoints are written: ``last.ckpt`` keeps the last finite weights, and no record gets a NaN."""
+    """Each epoch's time and metrics, and the whole run's fit time, kept in its checkpoints for a resumed run. A loss
+    that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -47,17 +46,13 @@ class EpochHistory(Callback):
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start}
         row |= {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
         if not math.isfinite(loss := row.get("train/loss", 0.0)):
-            precision, hparams = trainer.precision, pl_module.hparams
-            fix = (
-                f"--precision {precision.replace('-true', '-mixed')} or 32-true: weights held in 16 bits (--precision "
-                f"{precision}) overflow, whatever the learning rate."
-                if precision in ("16-true", "bf16-true")
-                else "a smaller --lr."
-            )
+            hparams, precision, fix = pl_module.hparams, trainer.precision, "a smaller --lr"
+            if precision in ("16-true", "bf16-true"):
+                fix = f"--precision {precision.replace('true', 'mixed')} or 32-true: 16-bit weights overflow at any lr"
             raise DivergedError(
                 f"Training diverged: the training loss of epoch {trainer.current_epoch} is {loss} (lr "
-                f"{hparams.get('lr')}, optimizer {hparams.get('optimizer')}). Nothing of that epoch was saved: "
-                f"checkpoints/ holds the last weights that were finite, if any. Start a new run with {fix}"
+                f"{hparams.get('lr')}, optimizer {hparams.get('optimizer')}, precision {precision}). Nothing of that "
+                f"epoch was saved: checkpoints/ holds the last finite weights, if any. Start a new run with {fix}."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
 
@@ -71,12 +66,9 @@ class EpochHistory(Callback):
         self.first_step = checkpoint.get("global_step", 0)
 
 
-class EpochTimer(Timer):
-    """``--max_time``, checked at each epoch's end: a run stopped by it holds whole epochs. (Lightning's default
-    check after every batch ends the epoch where it is, and a resumed run would skip the rest of it.)"""
-
-    def __init__(self, duration: str | dict | timedelta) -> None:
-        super().__init__(duration=duration, interval="epoch")
+# --max_time, checked at each epoch's end: a run it stops holds whole epochs. (Lightning's check after every batch
+# ends the epoch where it is, as if complete: a resumed run would skip the rest of it.)
+EpochTimer = partial(Timer, interval="epoch")
 
 
 def progress_display() -> ProgressBar:
@@ -85,9 +77,9 @@ def progress_display() -> ProgressBar:
 
 
 class ThrottledBar(TQDMProgressBar):
-    """Lightning's TQDM bar (which, unlike Rich, comes with Lightning), redrawn at most every 0.1 s and at each
-    stage's last batch. Redrawn after every batch (or every ``refresh_rate`` batches, which suits no batch size), it
-    costs a small network as much as its training step (benchmarks/results/step_cost_cpu.json)."""
+    """Lightning's TQDM bar (TQDM, unlike Rich, comes with Lightning), redrawn at most every 0.1 s and at a stage's
+    end: redrawn every ``refresh_rate`` batches, a count that suits no batch size, it can cost as much as a small
+    network's step (benchmarks/results/step_cost_cpu.json)."""
 
     _drawn_at = 0.0
 
@@ -100,10 +92,8 @@ class ThrottledBar(TQDMProgressBar):
 class EpochLines(ProgressBar):
     """Progress for output that is not a terminal: one line per epoch as it ends, with its metrics."""
 
-    enabled = True
-
-    def disable(self) -> None:  # Lightning's call on every process but the first
-        self.enabled = False
+    def disable(self) -> None:  # Lightning's call on every process but the first, which print nothing here
+        pass
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start = time.perf_counter()
@@ -111,7 +101,7 @@ class EpochLines(ProgressBar):
     on_train_start = on_train_epoch_start  # a run resumed mid-epoch has no on_train_epoch_start
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.enabled:
+        if trainer.is_global_zero:
             epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
             metrics = trainer.callback_metrics
             shown = [f"{name} {float(metrics[name]):.4f}" for name in RECORDED if name in metrics]

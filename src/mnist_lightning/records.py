@@ -74,16 +74,14 @@ def lock(folder: Path) -> None:
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
         handle.close()
+        holder = (folder / LOCK_FILE).read_text().strip() or "another process"
         raise OutputDirError(
             f"{folder} is in use by a run that has not ended ({holder}). Wait for it to end, or pass another "
             "--output_dir."
         ) from None
     handle.truncate(0)
-    handle.write(f"process {os.getpid()}: {shlex.join(sys.argv)}\n")
-    handle.flush()
+    print(f"process {os.getpid()}: {shlex.join(sys.argv)}", file=handle, flush=True)
     _held[folder.resolve()] = handle
 
 
@@ -113,11 +111,11 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError | RuntimeError):  # torch reports a short write as a RuntimeError
-            raise WriteError(path, error) from error
-        raise
+    except (OSError, RuntimeError) as error:  # torch reports a short write (a full disk) as a RuntimeError
+        raise WriteError(path, error) from error
+    finally:  # after a failed or stopped write (after the rename, there is no temporary file)
+        if temporary.exists():
+            temporary.unlink()
 
 
 def write_json(path: str | Path, data: dict) -> None:
@@ -129,17 +127,9 @@ def write_json(path: str | Path, data: dict) -> None:
 
 def run_metrics(*, test: dict[str, float], device: torch.device, **settings: Any) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
+    record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
+    record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
     # ru_maxrss is in KiB on Linux, in bytes on macOS.
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
-    return {
-        "test/acc": test.get("test/acc"),
-        "test/loss": test.get("test/loss"),
-        "best_val/acc": settings.pop("best_val_acc", None),
-        "fit_seconds": None,
-        "accelerator": device.type,
-        "num_nodes": 1,
-        "best_checkpoint": None,
-        **settings,
-        "peak_host_mb": host,
-        "peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
-    }
+    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return record | {"num_nodes": 1} | settings | {"peak_host_mb": host, "peak_gpu_mb": gpu}

@@ -1,17 +1,14 @@
-"""Workarounds for the library versions this template supports, each with the reason it is here and when it can
-go: applied by :func:`mnist_lightning.errors.run_main`, which every entry point goes through, around fit and test
-(:func:`lightning_notes_ignored`), and at the end of a run that ended well (:func:`end_process_group`)."""
+"""Workarounds for the library versions this template supports, each with why it is here and when it can go;
+applied by :func:`mnist_lightning.errors.run_main`, which every entry point goes through, and by train.py."""
 
 import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# Log lines dropped by their start, so each can stay once its library stops it:
-# - Lightning 2.6 advertises its cloud services ("💡 Tip: ... try installing litlogger") in every run;
-# - it suggests torch.set_float32_matmul_precision on GPU runs, which --float32_matmul_precision sets and records;
-# - torch (2.14, 2.15) logs "No CUDA runtime is found" as --compile loads its C++ helpers on a machine with a CUDA
-#   toolkit and no usable GPU: harmless for a CPU run, and read as an error.
+# Log lines dropped by their start (each can go once its library drops it): Lightning 2.6's advertisement ("💡 Tip:
+# ... litlogger") in every run, and its advice to set what --float32_matmul_precision sets and records; torch 2.14's
+# and 2.15's "No CUDA runtime is found" as --compile loads its C++ helpers with a CUDA toolkit and no GPU (harmless).
 NOISE = ("💡 Tip:", "You are using a CUDA device", "No CUDA runtime is found")
 CPP_EXTENSION = "torch.utils.cpp_extension"  # a logger's filters see its own records, not its children's
 
@@ -31,19 +28,17 @@ def apply_workarounds() -> None:
 def lightning_notes_ignored() -> Iterator[None]:
     """Around fit and test: Lightning's warnings about what this template does on purpose."""
     with warnings.catch_warnings():
-        # A resumed run's checkpoints/ holds its earlier checkpoints; Classifier logs per epoch, not per step; the
-        # model summary cannot size bf16; a run stopped by --max_time is resumed without it (see cli.py).
+        # On purpose: a resumed run's own checkpoints, per-epoch logs, bf16 models, a resume without --max_time.
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
-        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['EpochTimer'\]")
+        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
         yield
 
 
 def end_process_group() -> None:
-    """After a distributed run that ended well, destroy its process group, as PyTorch's docs advise: Lightning 2.6
-    does it for NCCL only, and a gloo group (DDP on CPUs) left to the interpreter's exit can abort it (SIGABRT)
-    while torchrun waits. Not after an error, when the others may be in a collective."""
+    """Destroy the process group of a distributed run that ended well (after an error, the others may be in a
+    collective), as PyTorch advises: Lightning 2.6 does it for NCCL only; a gloo group left to exit can SIGABRT."""
     import torch.distributed as dist  # here: this module is imported before torch
 
     if dist.is_available() and dist.is_initialized():
