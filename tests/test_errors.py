@@ -279,7 +279,7 @@ def another_programs_files(folder) -> dict[str, object]:
             "best",
             "no such file; --ckpt_path takes a checkpoint file. A run's best weights are in <run>/checkpo",
         ),
-        "empty": (folder / "empty.ckpt", "is not a PyTorch checkpoint (0 bytes)"),
+        "empty": (folder / "empty.ckpt", "is not a PyTorch checkpoint, or it is damaged (0 bytes; "),
         "text": (folder / "notes.ckpt", "is not a PyTorch checkpoint"),
         "a dict": (folder / "a_dict.ckpt", "not a checkpoint written by scripts/train.py"),
         "another model": (folder / "other_model.ckpt", "weights of another network"),

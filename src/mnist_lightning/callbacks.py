@@ -77,9 +77,8 @@ def progress_display() -> ProgressBar:
 
 
 class ThrottledBar(TQDMProgressBar):
-    """Lightning's TQDM bar (TQDM, unlike Rich, comes with Lightning), redrawn at most every 0.1 s and at a stage's
-    end: redrawn every ``refresh_rate`` batches, a count that suits no batch size, it can cost as much as a small
-    network's step (benchmarks/results/step_cost_cpu.json)."""
+    """Lightning's TQDM bar, redrawn at most every 0.1 s and at a stage's end: redrawn every ``refresh_rate``
+    batches, it can cost a small network's step again (benchmarks/results/step_cost_cpu.json)."""
 
     _drawn_at = 0.0
 
@@ -102,7 +101,7 @@ class EpochLines(ProgressBar):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
-            epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+            epochs = f"/{trainer.max_epochs}" if trainer.max_epochs > 0 else ""  # -1: no limit
             metrics = trainer.callback_metrics
             shown = [f"{name} {float(metrics[name]):.4f}" for name in RECORDED if name in metrics]
             seconds = f"{time.perf_counter() - self._start:.1f} s"

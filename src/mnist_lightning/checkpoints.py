@@ -81,10 +81,11 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         )
     try:
         with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
-            damaged = archive.testzip()
+            if damaged := archive.testzip():
+                raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's note on pickle protocols: not the user's concern
-            contents = None if damaged else torch.load(path, map_location="cpu", weights_only=True)
+            contents = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:  # torch's advice (weights_only=False) would run the file's code
         raise CheckpointError(
             f"{path} is not a checkpoint of this project: it holds objects other than tensors and plain values, "
@@ -92,14 +93,9 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from error
     except Exception as error:  # torch raises many types for one meaning
         raise CheckpointError(
-            f"{path} is not a PyTorch checkpoint ({path.stat().st_size} bytes): another kind of file, or a damaged "
-            f"or unfinished copy of one ({first_line(error)})."
+            f"{path} is not a PyTorch checkpoint, or it is damaged ({path.stat().st_size} bytes; {first_line(error)}). "
+            "Pass another checkpoint, or a copy of this one from a backup."
         ) from error
-    if damaged:
-        raise CheckpointError(
-            f"{path} is damaged: {damaged} in it no longer matches the checksum written with it (a disk or copy "
-            "error), so it was not used. Pass another checkpoint, or a copy of this one from a backup."
-        )
     missing = [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]
     if missing:
         raise CheckpointError(
