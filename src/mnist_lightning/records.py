@@ -46,8 +46,7 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
 
 
 def clear_unstarted_run(folder: Path) -> bool:
-    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves (so the same command,
-    or its resume, starts it over), and say whether it did."""
+    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves, to start it over."""
     if not (folder / RUN_RECORD).is_file() or list(folder.glob("checkpoints/*.ckpt")):
         return False
     entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
@@ -59,9 +58,8 @@ def clear_unstarted_run(folder: Path) -> bool:
 
 
 def lock(folder: Path) -> None:
-    """Make ``folder`` and hold its lock until :func:`release` or the process ends (the OS drops it then, however
-    it ends); another process asking for it is refused, with the holder's command. Making the lock file also tries
-    that the folder can be written (``os.access`` says yes to root even in /proc)."""
+    """Make ``folder`` and lock it until :func:`release` or the process ends, however (the OS drops the lock), naming
+    the holder to others. Making the lock file tries that it can be written (os.access says yes to root in /proc)."""
     if folder.resolve() in _held:
         return
     try:
