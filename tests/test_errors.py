@@ -269,21 +269,28 @@ def another_programs_files(folder) -> dict[str, object]:
         "pytorch-lightning_version": "2.6.0",
     }
     torch.save(other_model, folder / "other_model.ckpt")
+    torch.save(torch.nn.Linear(2, 2), folder / "module.ckpt")  # a pickled object: loading it could run code
     # A Lightning checkpoint of another program: no record of the data module that train.py keeps in every one.
     torch.save({key: value for key, value in other_model.items() if "datamodule" not in key}, folder / "foreign.ckpt")
     return {
         "missing": (folder / "missing.ckpt", "no such file"),
         "folder": (folder, "is a folder"),
-        "best": ("best", "no such file. Pass the file itself: a run's best weights are in <run>/checkpoints/best-"),
-        "empty": (folder / "empty.ckpt", "is empty (0 bytes)"),
+        "best": (
+            "best",
+            "no such file; --ckpt_path takes a checkpoint file. A run's best weights are in <run>/checkpo",
+        ),
+        "empty": (folder / "empty.ckpt", "is not a PyTorch checkpoint, or it is damaged (0 bytes; "),
         "text": (folder / "notes.ckpt", "is not a PyTorch checkpoint"),
         "a dict": (folder / "a_dict.ckpt", "not a checkpoint written by scripts/train.py"),
         "another model": (folder / "other_model.ckpt", "weights of another network"),
         "foreign": (folder / "foreign.ckpt", "not a checkpoint written by scripts/train.py"),
+        "object": (folder / "module.ckpt", "holds objects other than tensors and plain values, not loaded as that"),
     }
 
 
-@pytest.mark.parametrize("kind", ["missing", "folder", "best", "empty", "text", "a dict", "another model", "foreign"])
+@pytest.mark.parametrize(
+    "kind", ["missing", "folder", "best", "empty", "text", "a dict", "another model", "foreign", "object"]
+)
 def test_anything_but_a_good_checkpoint_is_refused_by_train(fake_mnist, tmp_path, capsys, kind):
     path, phrase = another_programs_files(tmp_path)[kind]
     code = run(fake_mnist, tmp_path / "run", "--ckpt_path", str(path))
@@ -291,10 +298,12 @@ def test_anything_but_a_good_checkpoint_is_refused_by_train(fake_mnist, tmp_path
     assert not (tmp_path / "run").exists()
 
 
-def test_a_text_file_as_checkpoint_gets_no_advice_to_unpickle(fake_mnist, tmp_path, capsys):
+def test_a_checkpoint_refused_by_the_unpickler_gets_no_advice_to_unpickle(fake_mnist, tmp_path, capsys):
     (tmp_path / "pickle.ckpt").write_bytes(b"\x80\x04\x95" + b"not really" * 10)
-    assert run(fake_mnist, tmp_path / "run", "--ckpt_path", str(tmp_path / "pickle.ckpt")) == 2
-    assert "weights_only=False" not in capsys.readouterr().err
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.ckpt")  # torch's refusal suggests weights_only=False
+    for name in ("pickle.ckpt", "module.ckpt"):
+        assert run(fake_mnist, tmp_path / "run", "--ckpt_path", str(tmp_path / name)) == 2
+        assert "weights_only=False" not in capsys.readouterr().err
 
 
 def test_evaluate_reports_a_bad_command_line_in_one_paragraph(capsys):

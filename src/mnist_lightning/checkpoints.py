@@ -5,148 +5,98 @@ import pickle
 import re
 import warnings
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from jsonargparse import ArgumentParser
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from .errors import UserError, WriteError
+from .errors import UserError
 from .lightning_module import Classifier
+from .records import replaced
+
+RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")
+# What jsonargparse writes around an error's reason: the types it tried, the values it was given.
+NOISE = ("Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path")
+NOISE += ("Expected a <class 'NoneType'>",)
 
 
 class CheckpointError(Exception):
     """A checkpoint file is missing, damaged or not one of this project's; the message says which."""
 
 
-@dataclass
-class Checkpoint:
+class Checkpoint(NamedTuple):
     model: Classifier
     datamodule: LightningDataModule
-    epochs: int  # epochs completed when it was saved
+    epochs: int  # completed when it was saved
 
 
 def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
-    """The model, the data module it was trained with (``data_overrides`` replace some of its arguments) and its
-    epoch count; the network and the data module are rebuilt from the class paths the run recorded.
-
-    Every entry point (train, evaluate, predict, export) loads through here, so each bad input gets the same
-    message wherever it is given. Read with ``weights_only=True``: only tensors and plain containers are
-    unpickled, so a checkpoint from an untrusted source cannot run code while loading.
-    """
+    """The model, its data module (``data_overrides`` replace some of its arguments) and its epochs: every entry
+    point loads through here, so a bad file gets the same message everywhere."""
     contents = read_checkpoint(path)
-    recorded = dict(contents["datamodule_hyper_parameters"])
-    class_path = recorded.pop("_class_path", None)
-    recorded.pop("_instantiator", None)
+    recorded = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
     try:
         model = Classifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
-        datamodule = build_data_module(class_path, recorded)
-    except Exception as error:  # a class that cannot be imported or built here, or settings from another version
-        if unbuilt := unbuildable_class(error):
-            raise CheckpointError(
-                f"{path} was trained with {unbuilt[0]}, which cannot be built here: "
-                f"{unbuilt[1].strip().rstrip('.')}. Make its module importable (install its package, or add its "
-                "folder to PYTHONPATH) and run again."
-            ) from error
+        datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
+    except Exception as error:  # a class not importable here, or settings of another program or version
+        named = re.search(r"class_path[= ]'([^']+)'", str(error))
         raise CheckpointError(
-            f"{path} holds a checkpoint that this project cannot rebuild: {first_line(error)}. Pass a checkpoint "
-            "written by scripts/train.py of this project."
+            f"{path} was trained with {named[1] if named else 'settings of another program or version'}, which "
+            f"cannot be built here: {first_line(error)}. Make its module importable (install its package, or add "
+            "its folder to PYTHONPATH), or pass a checkpoint written by this project's scripts/train.py."
         ) from error
-    if data_overrides:  # settings of this evaluation, checked by the data module in its own terms
+    if data_overrides:  # checked by the data module in its own terms, and named as the user gave them
         try:
-            datamodule = build_data_module(class_path, recorded | data_overrides)
+            datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
         except Exception as error:
-            # Named as the user gave them: --batch_size is a flag of its own on every entry point, the rest --data.*.
-            given = " ".join(
-                f"--{'' if name == 'batch_size' else 'data.'}{name} {value}" for name, value in data_overrides.items()
-            )
-            raise UserError(f"{given}: {argument_problem(error)}.") from error
+            given = [f"--{'' if k == 'batch_size' else 'data.'}{k} {v}" for k, v in data_overrides.items()]
+            raise UserError(f"{' '.join(given)}: {first_line(error)}.") from error
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
 
 
-def unbuildable_class(error: BaseException) -> tuple[str, str] | None:
-    """The class path that jsonargparse could not import, and why; None for any other error."""
-    if found := re.search(r"Problem with given class_path '([^']+)':\s*(.+)", str(error)):
-        return found[1], found[2]
-    # The network is a callable to jsonargparse (Classifier's ``net``), which says why before the class path.
-    callable_class = r"expects a function or a callable class: (.+?)\. Got value: Namespace\(class_path='([^']+)'"
-    if found := re.search(callable_class, str(error), flags=re.DOTALL):
-        return found[2], found[1]
-    return None
-
-
-def build_data_module(class_path: str | None, arguments: dict[str, Any]) -> LightningDataModule:
-    """The data module a run recorded (its class path and arguments), the arguments checked against its signature."""
-    parser = ArgumentParser(exit_on_error=False)
-    parser.add_subclass_arguments(LightningDataModule, "data", required=True)
-    config = parser.parse_object({"data": {"class_path": class_path, "init_args": arguments}})
-    return parser.instantiate_classes(config).data
+def first_line(error: BaseException) -> str:
+    """What an error says is wrong, in a line: its first, or jsonargparse's reason without its lists of types."""
+    text = str(error)
+    lines = (line.strip().removeprefix("- ") for line in text.splitlines())
+    reason = next((line for line in lines if line and not line.startswith(NOISE)), type(error).__name__)
+    reason = re.sub(r".*callable class: |\. Got value: .*", "", reason).rstrip(".")  # a network's import error
+    keys = re.findall(r'Parser key "([^"]+)":', text)
+    return f"{keys[-1]}: {reason}" if len(keys) > 1 else reason
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The raw contents of a checkpoint written by this project, or a CheckpointError that says what the file is."""
+    """A checkpoint's contents (tensors and plain values only: it cannot run code), or what the file is instead."""
     path = Path(path)
-    if path.is_dir():
-        inside = sorted(path.glob("checkpoints/*.ckpt")) or sorted(path.glob("*.ckpt"))
-        listed = ", ".join(str(file) for file in inside[:4]) + (", ..." if len(inside) > 4 else "")
-        held = f" It holds {listed}: best-* are the weights that did best on validation, last.ckpt the latest." * bool(
-            inside
-        )
-        raise CheckpointError(f"{path} is a folder; --ckpt_path takes a .ckpt file.{held}")
     if not path.is_file():
-        hint = {
-            "last": " To resume a run of scripts/train.py, pass --output_dir <its folder> --ckpt_path last.",
-            "best": " Pass the file itself: a run's best weights are in <run>/checkpoints/best-epochNN-accN.NNNN.ckpt.",
-        }.get(str(path), "")
-        raise CheckpointError(f"{path}: no such file.{hint}")
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"{path} is empty (0 bytes): not a checkpoint, or a copy that never finished.")
-    with open(path, "rb") as file:
-        start = file.read(2)
-    if not zipfile.is_zipfile(path) and start[:1] != b"\x80":  # torch.save writes a zip; old torch, a pickle
-        raise CheckpointError(f"{path} is not a PyTorch checkpoint: it is another kind of file, or damaged.")
-    if zipfile.is_zipfile(path):  # torch.load does not check the checksums the zip holds of each of its parts
-        with zipfile.ZipFile(path) as archive:
-            damaged = archive.testzip()
-        if damaged:
-            others = sorted(str(other) for other in path.parent.glob("*.ckpt") if other != path)
-            instead = f" Its folder also holds {', '.join(others)}." if others else ""
-            raise CheckpointError(
-                f"{path} is damaged: {damaged} in it no longer matches the checksum written with it (a disk or copy "
-                f"error), so it was not used. Pass another checkpoint, or a copy of this one from a backup.{instead}"
-            )
+        raise CheckpointError(
+            f"{path} {'is a folder' if path.is_dir() else 'names no such file'}; --ckpt_path takes a checkpoint "
+            "file. A run's best weights are in <run>/checkpoints/best-epochNN-accN.NNNN.ckpt, its latest in last.ckpt "
+            "beside them (to resume a run: scripts/train.py --output_dir <run> --ckpt_path last)."
+        )
     try:
+        with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
+            if damaged := archive.testzip():
+                raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's note on pickle protocols: not the user's concern
             contents = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        # torch's message suggests weights_only=False, which would run whatever code the file holds: not here.
+    except pickle.UnpicklingError as error:  # torch's advice (weights_only=False) would run the file's code
         raise CheckpointError(
-            f"{path} is not a checkpoint of this project: it holds Python objects other than tensors and plain "
-            "values, which are not loaded because loading them could run code."
+            f"{path} is not a checkpoint of this project: it holds objects other than tensors and plain values, "
+            "not loaded as that could run code."
         ) from error
-    except Exception as error:  # zip errors, truncation, text files: torch raises many types for one meaning
+    except Exception as error:  # torch raises many types for one meaning
         raise CheckpointError(
-            f"{path} is not a readable PyTorch checkpoint (damaged, truncated, or another kind of file): "
-            f"{first_line(error)}"
+            f"{path} is not a PyTorch checkpoint, or it is damaged ({path.stat().st_size} bytes; {first_line(error)}). "
+            "Pass another checkpoint, or a copy of this one from a backup."
         ) from error
-    missing = [
-        key
-        for key in (
-            "state_dict",
-            "hyper_parameters",
-            "datamodule_hyper_parameters",
-            "epoch",
-            "pytorch-lightning_version",
-        )
-        if not isinstance(contents, dict) or key not in contents
-    ]
+    missing = [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]
     if missing:
         raise CheckpointError(
             f"{path} is a PyTorch file but not a checkpoint written by scripts/train.py (it has no "
@@ -156,116 +106,55 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def load_weights(model: LightningModule, path: str | Path) -> None:
-    """Start ``model`` from the weights of a checkpoint of this project (fine-tuning); its optimizer, schedule and
-    progress are not taken."""
+    """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress."""
     contents = read_checkpoint(path)
     try:
         model.load_state_dict(contents["state_dict"])
     except RuntimeError as error:  # missing, unexpected or differently shaped weights: another network
-        net = contents["hyper_parameters"].get("net")
-        flags = ""
+        net, advice = contents["hyper_parameters"].get("net"), "."
         if isinstance(net, dict) and net.get("class_path"):
-            arguments = (net.get("init_args") or {}).items()
-            flags = " ".join([f"--net {net['class_path']}", *(f"--net.{key} {value}" for key, value in arguments)])
+            flags = [f"--net {net['class_path']}", *(f"--net.{k} {v}" for k, v in (net.get("init_args") or {}).items())]
+            advice = f": it was trained with `{' '.join(flags)}`; pass the same to start from it."
         raise CheckpointError(
-            f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
-            + (f": it was trained with `{flags}`; pass the same to start from it." if flags else ".")
+            f"{path} holds the weights of another network than this run's {type(model.net).__name__}{advice}"
         ) from error
 
 
 def completed_epochs(contents: dict[str, Any]) -> int:
-    """Epochs fully trained when the checkpoint was saved: ``epoch`` is the epoch in progress, complete only if
-    its last batch was done (a checkpoint saved on Ctrl-C or SIGTERM can be mid-epoch)."""
+    """``epoch`` is the epoch in progress: complete if its last batch was (not at a validation within the epoch)."""
     progress = contents.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
-    finished = progress.get("is_last_batch", True)
-    return int(contents.get("epoch", -1)) + (1 if finished else 0)
-
-
-def argument_problem(error: BaseException) -> str:
-    """What a jsonargparse error says is wrong, with the argument it is about, without the union and value dumps."""
-    key = None
-    skipped = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path")
-    for line in str(error).splitlines():
-        line = line.strip().removeprefix("- ")
-        if named := re.fullmatch(r'Parser key "([^"]+)":', line):
-            key = named[1]
-        elif line and not line.startswith(skipped) and line != "Expected a <class 'NoneType'>":
-            return f"{key}: {line.rstrip('.')}" if key and key != "data" else line.rstrip(".")
-    return first_line(error)
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(error).__name__
+    return int(contents["epoch"]) + int(progress.get("is_last_batch", True))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write to a temporary file beside the target, flush it to disk, then rename it over the target.
-
-    Lightning's own save writes the file in place; a crash (kill -9, power loss) in the middle leaves half a
-    checkpoint, and the run can no longer resume. A rename within one folder is atomic: the file is either
-    the old checkpoint or the new one.
-    """
+    """Checkpoints written whole or not at all (:func:`records.replaced`), which Lightning's own writes are not:
+    they go through a temporary file in /tmp, moved across disks and not synced."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.partial")
-        try:
-            with open(temporary, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException as error:  # Ctrl-C, a full disk: the previous checkpoint stays, and no partial file
-            temporary.unlink(missing_ok=True)
-            if isinstance(error, OSError | RuntimeError):  # torch reports a short write as a RuntimeError
-                raise WriteError(path, error) from error
-            raise
+        with replaced(Path(path)) as file:
+            torch.save(checkpoint, file)
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint for a run folder that may be moved or copied (to another disk, off a cluster) and resumed
-    there: the checkpoint paths it saved in its state are taken to the folder's new place, where the files are.
-
-    ModelCheckpoint keeps its best and last paths only when the folder is where it was; elsewhere it warns and
-    keeps the best path alone, which still points at the old place.
-    """
+    """The paths in its state follow a run folder moved or copied (off a cluster) and resumed there: ModelCheckpoint
+    would keep only the best one, pointing at the old place."""
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        old, new = state_dict.get("dirpath"), self.dirpath
-        if old and new and old != new:
+        def moved(path: str) -> str:
+            return path and os.path.join(self.dirpath, os.path.relpath(path, state_dict["dirpath"]))
 
-            def moved(path: str) -> str:
-                return os.path.join(new, os.path.relpath(path, old)) if path else path
-
-            state_dict = state_dict | {
-                "dirpath": new,
-                "best_model_path": moved(state_dict.get("best_model_path", "")),
-                "kth_best_model_path": moved(state_dict.get("kth_best_model_path", "")),
-                "last_model_path": moved(state_dict.get("last_model_path", "")),
-                "best_k_models": {moved(path): score for path, score in state_dict.get("best_k_models", {}).items()},
-            }
-        super().load_state_dict(state_dict)
+        paths = {key: moved(state_dict[key]) for key in ("best_model_path", "kth_best_model_path", "last_model_path")}
+        paths["best_k_models"] = {moved(path): score for path, score in state_dict["best_k_models"].items()}
+        super().load_state_dict(state_dict | paths | {"dirpath": self.dirpath})
 
 
 def best_checkpoint(dirpath: Path) -> RunCheckpoint:
     """``best-epochNN-accX.ckpt``: the weights with the best validation accuracy so far, which the run tests."""
-    return RunCheckpoint(
-        dirpath=dirpath,
-        filename="best-epoch{epoch:02d}-acc{val/acc:.4f}",
-        auto_insert_metric_name=False,
-        monitor="val/acc",
-        mode="max",
-    )
+    filename = "best-epoch{epoch:02d}-acc{val/acc:.4f}"
+    return RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max")
 
 
 def last_checkpoint(dirpath: Path) -> RunCheckpoint:
-    """``last.ckpt``, the resume point: rewritten at the end of every epoch.
-
-    (ModelCheckpoint's ``save_last=True`` rewrites it only when the monitored metric improved: a stale resume
-    point.) Ctrl-C, SIGTERM or kill -9 leave the last finished epoch's file; the resumed run trains the epoch it
-    stopped in again, on the same batches (the order depends on the epoch alone), so it ends as an uninterrupted
-    run would.
-    """
+    """``last.ckpt``, the resume point, rewritten at every epoch's end (``save_last=True`` would rewrite it only
+    when the monitored metric improved). A resumed run trains its stopped epoch again, on the same batches."""
     return RunCheckpoint(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)

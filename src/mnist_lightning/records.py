@@ -3,16 +3,16 @@ same keys for training and evaluation, and files appear whole or not at all."""
 
 import fcntl
 import json
-import math
 import os
 import resource
 import shlex
 import shutil
 import sys
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -20,6 +20,9 @@ from .errors import WriteError
 
 RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
 LOCK_FILE = ".lock"  # held by the command writing into a run folder (see lock)
+# What a run killed before its first checkpoint leaves in its folder (perhaps with a write's temporary file).
+UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", LOCK_FILE}
+_held: dict[Path, IO] = {}  # the open lock files of this process, by folder
 
 
 class OutputDirError(Exception):
@@ -27,16 +30,13 @@ class OutputDirError(Exception):
 
 
 def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
-    """The folder for a new run, made and locked (:func:`lock`): ``output_dir`` if given and unused, else a fresh
-    ``runs/<timestamp>``."""
+    """The folder for a new run, made and locked: ``output_dir`` if given and unused, else a new runs/<time>."""
     if output_dir is None:
-        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        candidates = (Path(runs_root) / (stamp if n == 0 else f"{stamp}_{n}") for n in range(1000))
-        output_dir = next(path for path in candidates if not path.exists())
+        stamp = Path(runs_root, datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
+        output_dir = next(p for p in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))) if not p.exists())
     output_dir = Path(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
-    used = any(path.name != LOCK_FILE for path in output_dir.iterdir())
-    if used and not clear_unstarted_run(output_dir):
+    if any(path.name != LOCK_FILE for path in output_dir.iterdir()) and not clear_unstarted_run(output_dir):
         release(output_dir)
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
@@ -45,34 +45,22 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
     return output_dir
 
 
-# What a run leaves in its folder before its first checkpoint: the record, logs, an empty checkpoints/ (perhaps
-# with the temporary file of a write that a kill interrupted).
-UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", LOCK_FILE}
-
-
 def clear_unstarted_run(folder: Path) -> bool:
-    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves behind (so the same
-    command, or its resume, can start it over) and say whether it did. Anything else is left alone."""
-    if not (folder / RUN_RECORD).is_file() or any(path.name not in UNSTARTED_RUN_ENTRIES for path in folder.iterdir()):
+    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves, to start it over."""
+    if not (folder / RUN_RECORD).is_file() or list(folder.glob("checkpoints/*.ckpt")):
         return False
-    if any(path.suffix == ".ckpt" for path in (folder / "checkpoints").glob("*")):
+    entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
+    if any(path.name not in UNSTARTED_RUN_ENTRIES for path in entries):
         return False
-    for path in folder.iterdir():
-        if path.name != LOCK_FILE:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for path in entries:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
     return True
 
 
-_held: dict[Path, Any] = {}  # the open lock files of this process, by folder
-
-
 def lock(folder: Path) -> None:
-    """Make ``folder`` and hold its lock until this process ends or :func:`release`; a second process that asks
-    for it is refused with the command of the one holding it. The operating system drops the lock when its process
-    ends, however it ends: a killed run leaves no stale lock. Making the folder and its lock file is also the test
-    that it can be written (``os.access`` says yes to root even in /proc)."""
-    key = folder.resolve()
-    if key in _held:
+    """Make ``folder`` and lock it until :func:`release` or the process ends, however (the OS drops the lock), naming
+    the holder to others. Making the lock file tries that it can be written (os.access says yes to root in /proc)."""
+    if folder.resolve() in _held:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -84,17 +72,15 @@ def lock(folder: Path) -> None:
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
         handle.close()
+        holder = (folder / LOCK_FILE).read_text().strip() or "another process"
         raise OutputDirError(
             f"{folder} is in use by a run that has not ended ({holder}). Wait for it to end, or pass another "
             "--output_dir."
         ) from None
     handle.truncate(0)
-    handle.write(f"process {os.getpid()}: {shlex.join(sys.argv)}\n")
-    handle.flush()
-    _held[key] = handle
+    print(f"process {os.getpid()}: {shlex.join(sys.argv)}", file=handle, flush=True)
+    _held[folder.resolve()] = handle
 
 
 def release(folder: Path | None = None) -> None:
@@ -111,71 +97,37 @@ def discard_new_run(folder: Path) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def finite_or_none(data: Any) -> Any:
-    """``data`` with every NaN or infinity replaced by None: JSON has no such numbers."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return None
-    if isinstance(data, dict):
-        return {key: finite_or_none(value) for key, value in data.items()}
-    if isinstance(data, list | tuple):
-        return [finite_or_none(value) for value in data]
-    return data
+@contextmanager
+def replaced(path: Path) -> Iterator[IO[bytes]]:
+    """A file that replaces ``path`` once written whole: written beside it, synced to disk and renamed over it
+    (atomic), so a reader, a Ctrl-C or a crash finds the old file or the new one, never half of one."""
+    temporary = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, "wb") as file:
+            yield file
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except (OSError, RuntimeError) as error:  # torch reports a short write (a full disk) as a RuntimeError
+        raise WriteError(path, error) from error
+    finally:  # after a failed or stopped write (after the rename, there is no temporary file)
+        if temporary.exists():
+            temporary.unlink()
 
 
 def write_json(path: str | Path, data: dict) -> None:
-    """Write valid JSON through a temporary file and an atomic rename, so a reader never sees half a file."""
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as tmp:
-            json.dump(finite_or_none(data), tmp, indent=2, allow_nan=False)
-            tmp.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp.name, 0o666 & ~umask)  # a temporary file is private (0600); give it the usual permissions
-        os.replace(tmp.name, path)
-    except OSError as error:
-        if tmp is not None:
-            Path(tmp.name).unlink(missing_ok=True)
-        raise WriteError(path, error) from error
+    """``data`` as valid JSON: NaN and infinities, which JSON lacks, as null."""
+    text = json.dumps(json.loads(json.dumps(data), parse_constant=lambda name: None), indent=2) + "\n"
+    with replaced(Path(path)) as file:
+        file.write(text.encode())
 
 
-def peak_memory_mb(device: torch.device) -> dict[str, float | None]:
-    """Peak resident memory of this process, and peak CUDA memory allocated by PyTorch (None off CUDA)."""
+def run_metrics(*, test: dict[str, float], device: torch.device, **settings: Any) -> dict[str, Any]:
+    """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
+    record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
+    record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
     # ru_maxrss is in KiB on Linux, in bytes on macOS.
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return {"peak_host_mb": host, "peak_gpu_mb": gpu}
-
-
-def run_metrics(
-    *,
-    test: dict[str, float],
-    device: torch.device,
-    epochs: int,
-    history: list[dict],
-    fit_seconds: float | None = None,
-    best_val_acc: float | None = None,
-    best_checkpoint: str | None = None,
-    devices: int = 1,
-    num_nodes: int = 1,
-    precision: str = "32-true",
-    **settings: Any,
-) -> dict[str, Any]:
-    """The ``metrics.json`` record of a run, with the same keys for training and evaluation."""
-    return {
-        "test/acc": test.get("test/acc"),  # None: not tested
-        "test/loss": test.get("test/loss"),
-        "best_val/acc": best_val_acc,
-        "epochs": epochs,
-        "fit_seconds": fit_seconds,
-        "accelerator": device.type,
-        "devices": devices,
-        "num_nodes": num_nodes,
-        "precision": precision,
-        **settings,
-        "best_checkpoint": best_checkpoint,
-        **peak_memory_mb(device),
-        "history": history,
-    }
+    return record | {"num_nodes": 1} | settings | {"peak_host_mb": host, "peak_gpu_mb": gpu}
