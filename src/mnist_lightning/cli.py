@@ -34,6 +34,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import DivergedError, EpochHistory, EpochTimer, progress_display
 from .checkpoints import (
+    NOISE,
     AtomicCheckpointIO,
     CheckpointError,
     best_checkpoint,
@@ -555,16 +556,13 @@ def build_classes(config: Namespace) -> Namespace:
     try:
         return build_parser().instantiate_classes(config)
     except Exception as error:  # whatever a user's class raises from its __init__
-        text = str(error)
-        # jsonargparse lists the ways it tried to read the value (in an order that varies between its versions),
-        # each with the lines indented under it: the class's own error is the one that is not about another type.
-        tried = [" ".join(way.split()) for way in re.findall(r"^  - (.*(?:\n {4,}.*)*)", text, flags=re.MULTILINE)]
-        tried = [re.sub(r"^Problem with given class_path '[^']+':\s*", "", way) for way in tried]
-        reason = next((way for way in tried if way and not way.startswith(("Expected a", "Not a valid subclass"))), "")
-        given = re.search(r"class_path='([^']+)'", text)
+        given = re.search(r"class_path='([^']+)'", str(error))
         flag = next((f"--{name}" for name in CLASS_OPTIONS if given and given[1] in str(config.get(name))), "--FLAG")
         what = f"{flag} {given[1]}" if given else "A class given by its class path"
-        reason = (reason or first_line(error)).rstrip(".")
+        # jsonargparse lists what each type of the option expected: the class's own error is the other line.
+        lines = [line.strip().removeprefix("- ") for line in str(error).splitlines()]
+        reason = next((line for line in lines if line and not line.startswith((*NOISE, "Expected a"))), "")
+        reason = reason.rstrip(".") or first_line(error)
         missing = re.search(r"pip install|No module named|not met", reason)  # a package it needs is not installed
         advice = (
             "Install what it needs, as said" if missing else f"Check the arguments given to it as {flag}.NAME VALUE"
