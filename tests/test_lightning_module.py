@@ -10,8 +10,9 @@ from helpers import FAKE_VAL, SmallCNN
 from lightning.pytorch import Trainer
 
 import mnist_lightning
+from mnist_lightning.checks import check_network
 from mnist_lightning.datamodule import MNISTDataModule
-from mnist_lightning.lightning_module import Classifier, check_network
+from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
 
 MNIST = MNISTDataModule.input_shape, MNISTDataModule.num_classes  # (1, 28, 28), 10: what the data module says
