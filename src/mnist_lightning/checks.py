@@ -11,6 +11,8 @@ from torchvision.datasets.utils import check_integrity
 
 from .errors import UserError
 
+BOUNDS = {">": ("above", operator.gt), ">=": ("at least", operator.ge), "<=": ("at most", operator.le)}
+
 
 class ModelSettingError(ValueError):
     """A setting of the Classifier (or the data module) that cannot work."""
@@ -21,17 +23,17 @@ class NetworkMismatchError(ModelSettingError):
 
 
 def check_hyperparameters(module: HyperparametersMixin) -> None:
-    """Each hyperparameter against its ``__init__`` annotation: the choices of a ``Literal``, the bound of an
+    """Each hyperparameter against its ``__init__`` annotation: the choices of a ``Literal``, the bounds of an
     ``Annotated[float, "> 0"]``. (Not jsonargparse's PositiveFloat & co.: their values, instances of its classes,
     would be pickled into checkpoints.)"""
     for name, kind in module.__init__.__annotations__.items():
         value = module.hparams.get(name)
         if get_origin(kind) is Literal and value not in get_args(kind):
             raise ModelSettingError(f"{name} must be one of {', '.join(map(repr, get_args(kind)))}, got {value!r}")
-        if get_origin(kind) is Annotated:
-            comparison, bound = get_args(kind)[1].split()
-            if not {">": operator.gt, ">=": operator.ge}[comparison](value, float(bound)):
-                raise ModelSettingError(f"{name} must be {comparison} {bound}, got {value}")
+        for comparison, bound in (text.split() for text in get_args(kind)[1:] if get_origin(kind) is Annotated):
+            words, holds = BOUNDS[comparison]
+            if not holds(value, float(bound)):
+                raise ModelSettingError(f"{name} must be {words} {bound}, got {value}")
 
 
 def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:

@@ -33,7 +33,7 @@ class Classifier(LightningModule):
         num_classes: int,
         net: NetworkFactory = SimpleNN,
         optimizer: OptimizerName = "adam",
-        lr: Annotated[float, "> 0"] = 0.02,
+        lr: Annotated[float, "> 0", "<= 3.4e38"] = 0.02,  # float32's largest: the optimizers multiply weights by it
         momentum: Annotated[float, ">= 0"] = 0.9,
         weight_decay: Annotated[float, ">= 0"] = 0.0,
         lr_schedule: ScheduleName = "cosine",
