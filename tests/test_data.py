@@ -8,8 +8,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
-from mnist_lightning.datamodule import DATASETS, EpochShuffle, MNISTDataModule, normalize
+from mnist_lightning.datamodule import DATASETS, MNISTDataModule
 from mnist_lightning.errors import UserError
+from mnist_lightning.in_memory import EpochShuffle, normalize
 
 
 def make_datamodule(root, **kwargs) -> MNISTDataModule:
@@ -19,15 +20,21 @@ def make_datamodule(root, **kwargs) -> MNISTDataModule:
     return datamodule
 
 
+def tensors_of(datamodule, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split's inputs and labels, in its order, read in one batch."""
+    dataset = datamodule.datasets[split]
+    return next(iter(DataLoader(dataset, batch_size=len(dataset), collate_fn=tuple)))
+
+
 def labels_of(datamodule, split: str) -> torch.Tensor:
-    return datamodule.datasets[split].labels
+    return tensors_of(datamodule, split)[1]
 
 
 def test_split_sizes_and_no_overlap(fake_mnist):
     datamodule = make_datamodule(fake_mnist)
     sizes = {split: len(dataset) for split, dataset in datamodule.datasets.items()}
     assert sizes == {"train": FAKE_TRAIN - FAKE_VAL, "val": FAKE_VAL, "test": FAKE_TEST}
-    train, val = (datamodule.datasets[split].inputs.flatten(1) for split in ("train", "val"))
+    train, val = (tensors_of(datamodule, split)[0].flatten(1) for split in ("train", "val"))
     assert not (train[:, None] == val[None]).all(-1).any()  # no image in both
 
 
