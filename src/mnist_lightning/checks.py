@@ -1,13 +1,18 @@
 """Checks made before training, so that a mistake ends in one message saying what to do, not in a traceback."""
 
+import difflib
 import operator
 from pathlib import Path
-from typing import Annotated, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import torch
+import yaml
+from jsonargparse import Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.core.mixins import HyperparametersMixin
 from torch import Tensor, nn
-from torchvision.datasets.utils import check_integrity
 
 from .errors import UserError
 
@@ -66,47 +71,152 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
         raise NetworkMismatchError(f"the network {name} has no trainable parameters: nothing to train")
 
 
-def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]]:
-    """The training and the test set of an MNISTDataModule: uint8 images [N, 28, 28] and labels, parsed by
-    torchvision (``download``: unless they are there). Damaged or missing files, or a ``val_size`` the data cannot
-    hold, are a UserError saying what to do."""
-    dataset, data_dir, val_size = datamodule.torchvision_class, datamodule.hparams.data_dir, datamodule.hparams.val_size
-    raw = Path(data_dir) / dataset.__name__ / "raw"
-    for filename, md5 in dataset.resources if download else []:  # torchvision would download over a damaged one
-        if (raw / filename).is_file() and not check_integrity(str(raw / filename), md5):
+# Valid ranges of numeric options that nothing checks before training starts (Lightning's loops would end in a
+# ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
+RANGES = {"seed": (0, 2**32 - 1), "batch_size": (1, None), "max_epochs": (-1, None), "min_epochs": (0, None)}
+RANGES |= {"max_steps": (-1, None), "min_steps": (0, None), "accumulate_grad_batches": (1, None)}
+RANGES |= {"check_val_every_n_epoch": (1, None), "log_every_n_steps": (1, None), "num_nodes": (1, None)}
+RANGES |= {"num_sanity_val_steps": (-1, None), "reload_dataloaders_every_n_epochs": (0, None)}
+RANGES |= {"gradient_clip_val": (0, None)}
+# Options that take a fraction of the batches (a float) or a number of batches (an int).
+BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
+BATCH_LIMITS += ("overfit_batches",)
+
+
+def check_ranges(config: Namespace) -> None:
+    """Every setting Lightning would only refuse later (or never), checked before anything starts."""
+    for name, (lowest, highest) in RANGES.items():
+        value = config.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not lowest <= value <= (highest or value):
+            valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
+            raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
+    for name in BATCH_LIMITS:
+        value = config.get(name)
+        if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
             raise UserError(
-                f"{(raw / filename).resolve()} is damaged: its MD5 sum is not the original's. Delete it and run "
-                "again to download it, or copy an intact original in its place.",
-                exit_code=1,
+                f"--{name} {value} is out of range: it takes a fraction of the batches from 0.0 to 1.0, or a "
+                "number of batches (a whole number, 0 or more)."
             )
-    new_folders = [path for path in (raw, raw.parent, Path(data_dir)) if not path.exists()]
-    sets = []
-    for train in (True, False):
-        try:
-            parsed = dataset(data_dir, train=train, download=download)
-        except Exception as error:
-            for path in new_folders:  # deepest first: a failed download leaves no empty folders behind
-                if path.is_dir() and not any(path.iterdir()):
-                    path.rmdir()
-            raise UserError(
-                f"{dataset.__name__} could not be read or downloaded into {raw.resolve()}: "
-                f"{' '.join(str(error).split()) or type(error).__name__}. Offline, put the four original files "
-                f"({', '.join(name for name, _ in dataset.resources)}) in that folder, or pass --data.data_dir a "
-                f"folder holding {dataset.__name__}/raw/ with them.",
-                exit_code=1,
-            ) from error
-        images, labels = parsed.data, parsed.targets
-        if images.shape[1:] != (28, 28) or len(images) != len(labels) or labels.max() >= len(parsed.classes):
-            raise UserError(
-                f"The files in {raw.resolve()} are not {dataset.__name__}'s: they hold {len(images)} images of "
-                f"{list(images.shape[1:])} pixels and {len(labels)} labels up to {int(labels.max())}. Replace them "
-                "with the originals.",
-                exit_code=1,
-            )
-        sets.append((images, labels))
-    if not val_size < len(sets[0][1]):
+    interval = config.get("val_check_interval")
+    if interval is not None and not isinstance(interval, bool) and interval <= 0:
         raise UserError(
-            f"--data.val_size must be between 1 and {len(sets[0][1]) - 1} for this dataset (it has "
-            f"{len(sets[0][1])} training images), got {val_size}."
+            f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
+            "1.0), or a number of training batches (1 or more)."
         )
-    return sets
+    if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
+        raise UserError(
+            "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
+            "--max_epochs or --max_steps, or pass --lr_schedule constant."
+        )
+    if None not in (config.min_epochs, config.max_epochs) and 0 <= config.max_epochs < config.min_epochs:
+        raise UserError(
+            f"--min_epochs {config.min_epochs} is above --max_epochs {config.max_epochs}, which stops training first."
+        )
+    if str(config.precision) in ("16", "16-true") and config.lr > torch.finfo(torch.float16).max:
+        raise UserError(
+            f"--lr {config.lr} does not fit the 16-bit weights of --precision {config.precision} (at most "
+            f"{torch.finfo(torch.float16).max:g}). Use a smaller --lr or another --precision."
+        )
+    if config.get("max_time") is not None:
+        try:
+            Timer(duration=config.max_time)
+        except (MisconfigurationException, ValueError) as error:
+            raise UserError(
+                f"--max_time {config.max_time} is not a duration: it takes days:hours:minutes:seconds, e.g. "
+                "00:01:30:00 for an hour and a half."
+            ) from error
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    pass
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        keys = [self.construct_object(key_node, deep=deep) for key_node, _ in node.value]
+        for index, key in enumerate(keys):
+            if key in keys[:index]:
+                raise DuplicateKeyError(None, None, f"{key} is set twice", node.value[index][0].start_mark)
+        return super().construct_mapping(node, deep)
+
+
+SYNONYMS = {"learning_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs", "gpus": "devices"}
+
+
+def check_config_file(path: Path, options: set[str]) -> None:
+    """Read a config file before the parser does, so that each mistake in it is named with the file and line
+    (jsonargparse says "<unicode string>" instead, and only "Unexpected config" for an empty file)."""
+    if not path.is_file():
+        problem = "is a folder" if path.is_dir() else "does not exist"
+        raise UserError(f"The config file {path} {problem}. Pass a YAML file, e.g. --config configs/default.yaml.")
+    try:
+        content = yaml.load(path.read_text(), UniqueKeyLoader)
+    except UnicodeDecodeError as error:
+        raise UserError(f"The config file {path} is not a text file: {error.reason}.") from error
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        if isinstance(error, DuplicateKeyError):
+            raise UserError(f"The config file {where}: {error.problem}. Keep one of its lines.") from error
+        raise UserError(
+            f"The config file {where}, is not valid YAML: {getattr(error, 'problem', None) or error}. A config "
+            "file holds `option: value` lines, e.g. `max_epochs: 20`."
+        ) from error
+    example = "`python scripts/train.py --print_config` prints every option as a config file"
+    if not isinstance(content, dict):
+        holds = "no options (it is empty, or only comments)" if content is None else f"a {type(content).__name__}"
+        raise UserError(f"The config file {path} holds {holds}, not `option: value` lines; {example}.")
+    unknown = [str(key) for key in content if key not in options]
+    if {"trainer", "model"} & set(unknown):
+        raise UserError(
+            f"The config file {path} has LightningCLI's sections (trainer:, model:); this template's config is flat: "
+            f"every option at the top level (max_epochs: 20, lr: 0.01), the data module under data:. {example}."
+        )
+    if unknown:
+        close = {
+            key: SYNONYMS.get(key) or next(iter(difflib.get_close_matches(key, options, 1)), None) for key in unknown
+        }
+        guesses = [f"{key} (did you mean {close[key]}?)" if close[key] else key for key in unknown]
+        raise UserError(f"The config file {path} sets options that do not exist: {', '.join(guesses)}; {example}.")
+
+
+def check_monitors(callbacks: list, model: LightningModule) -> None:
+    """A callback that monitors a metric the model does not log (Lightning would find out after an epoch)."""
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and monitor not in model.monitorable and not monitor.startswith("lr-"):
+            close = difflib.get_close_matches(monitor, model.monitorable, 1, 0.5)
+            raise UserError(
+                f"{type(callback).__name__} monitors {monitor!r}, which the model does not log"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; it logs {', '.join(model.monitorable)} during training (--callbacks.monitor NAME)."
+            )
+
+
+def data_sizes(datamodule: LightningDataModule) -> dict[str, Any]:
+    """What the data module says the model is built for: the shape of one sample and the number of classes."""
+    shape, classes = getattr(datamodule, "input_shape", None), getattr(datamodule, "num_classes", None)
+    valid_shape = isinstance(shape, tuple | list) and shape and all(isinstance(n, int) and n > 0 for n in shape)
+    if not (valid_shape and isinstance(classes, int) and not isinstance(classes, bool) and classes >= 2):
+        raise UserError(
+            f"The data module {type(datamodule).__name__} must say what the model is built for: num_classes (an int, "
+            "2 or more) and input_shape (the shape of one sample, a tuple of positive ints, e.g. (3, 32, 32)), as "
+            f"attributes set by its __init__. It has num_classes={classes!r}, input_shape={shape!r}."
+        )
+    return {"input_shape": list(shape), "num_classes": classes}
+
+
+def refuse_empty_training(config: Namespace) -> None:
+    """Settings under which not one training step is taken: the run would test an untrained model."""
+    zero = [
+        f"--{name} {config[name]}" for name in ("max_epochs", "max_steps", "limit_train_batches") if config[name] == 0
+    ]
+    if config.max_time is not None and Timer(duration=config.max_time).time_remaining() <= 0:
+        zero.append(f"--max_time {config.max_time}")
+    if zero:
+        raise UserError(
+            f"{' and '.join(zero)} trains nothing, so there would be no trained model to test. Give it a positive "
+            "value (or leave it out for the default); to test a model you have, use scripts/evaluate.py."
+        )

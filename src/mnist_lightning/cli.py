@@ -6,7 +6,6 @@ are chosen by class path (``--net``, ``--data``) with their arguments as ``--net
 reads them from the classes' signatures. Each run records the configuration it resolved to in ``<run>/config.yaml``.
 """
 
-import difflib
 import importlib
 import importlib.util
 import inspect
@@ -27,7 +26,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
-from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
@@ -44,9 +43,18 @@ from .checkpoints import (
     load_weights,
     read_checkpoint,
 )
+from .checks import (
+    ModelSettingError,
+    NetworkMismatchError,
+    check_config_file,
+    check_monitors,
+    check_ranges,
+    data_sizes,
+    refuse_empty_training,
+)
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
-from .lightning_module import Classifier, ModelSettingError, NetworkMismatchError
+from .lightning_module import Classifier
 from .model import MATMUL_HELP
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
@@ -208,117 +216,6 @@ def more_help(parser: ArgumentParser) -> str:
     return f"Run `python scripts/{parser.prog} --help` for every option and its type."
 
 
-# Valid ranges of numeric options that nothing checks before training starts (Lightning's loops would end in a
-# ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
-RANGES = {"seed": (0, 2**32 - 1), "batch_size": (1, None), "max_epochs": (-1, None), "min_epochs": (0, None)}
-RANGES |= {"max_steps": (-1, None), "min_steps": (0, None), "accumulate_grad_batches": (1, None)}
-RANGES |= {"check_val_every_n_epoch": (1, None), "log_every_n_steps": (1, None), "num_nodes": (1, None)}
-RANGES |= {"num_sanity_val_steps": (-1, None), "reload_dataloaders_every_n_epochs": (0, None)}
-RANGES |= {"gradient_clip_val": (0, None)}
-# Options that take a fraction of the batches (a float) or a number of batches (an int).
-BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
-BATCH_LIMITS += ("overfit_batches",)
-
-
-def check_ranges(config: Namespace) -> None:
-    """Every setting Lightning would only refuse later (or never), checked before anything starts."""
-    for name, (lowest, highest) in RANGES.items():
-        value = config.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool) and not lowest <= value <= (highest or value):
-            valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
-            raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
-    for name in BATCH_LIMITS:
-        value = config.get(name)
-        if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
-            raise UserError(
-                f"--{name} {value} is out of range: it takes a fraction of the batches from 0.0 to 1.0, or a "
-                "number of batches (a whole number, 0 or more)."
-            )
-    interval = config.get("val_check_interval")
-    if interval is not None and not isinstance(interval, bool) and interval <= 0:
-        raise UserError(
-            f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
-            "1.0), or a number of training batches (1 or more)."
-        )
-    if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
-        raise UserError(
-            "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
-            "--max_epochs or --max_steps, or pass --lr_schedule constant."
-        )
-    if None not in (config.min_epochs, config.max_epochs) and 0 <= config.max_epochs < config.min_epochs:
-        raise UserError(
-            f"--min_epochs {config.min_epochs} is above --max_epochs {config.max_epochs}, which stops training first."
-        )
-    if str(config.precision) in ("16", "16-true") and config.lr > torch.finfo(torch.float16).max:
-        raise UserError(
-            f"--lr {config.lr} does not fit the 16-bit weights of --precision {config.precision} (at most "
-            f"{torch.finfo(torch.float16).max:g}). Use a smaller --lr or another --precision."
-        )
-    if config.get("max_time") is not None:
-        try:
-            Timer(duration=config.max_time)
-        except (MisconfigurationException, ValueError) as error:
-            raise UserError(
-                f"--max_time {config.max_time} is not a duration: it takes days:hours:minutes:seconds, e.g. "
-                "00:01:30:00 for an hour and a half."
-            ) from error
-
-
-class DuplicateKeyError(yaml.constructor.ConstructorError):
-    pass
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        keys = [self.construct_object(key_node, deep=deep) for key_node, _ in node.value]
-        for index, key in enumerate(keys):
-            if key in keys[:index]:
-                raise DuplicateKeyError(None, None, f"{key} is set twice", node.value[index][0].start_mark)
-        return super().construct_mapping(node, deep)
-
-
-SYNONYMS = {"learning_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs", "gpus": "devices"}
-
-
-def check_config_file(path: Path, options: set[str]) -> None:
-    """Read a config file before the parser does, so that each mistake in it is named with the file and line
-    (jsonargparse says "<unicode string>" instead, and only "Unexpected config" for an empty file)."""
-    if not path.is_file():
-        problem = "is a folder" if path.is_dir() else "does not exist"
-        raise UserError(f"The config file {path} {problem}. Pass a YAML file, e.g. --config configs/default.yaml.")
-    try:
-        content = yaml.load(path.read_text(), UniqueKeyLoader)
-    except UnicodeDecodeError as error:
-        raise UserError(f"The config file {path} is not a text file: {error.reason}.") from error
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
-        if isinstance(error, DuplicateKeyError):
-            raise UserError(f"The config file {where}: {error.problem}. Keep one of its lines.") from error
-        raise UserError(
-            f"The config file {where}, is not valid YAML: {getattr(error, 'problem', None) or error}. A config "
-            "file holds `option: value` lines, e.g. `max_epochs: 20`."
-        ) from error
-    example = "`python scripts/train.py --print_config` prints every option as a config file"
-    if not isinstance(content, dict):
-        holds = "no options (it is empty, or only comments)" if content is None else f"a {type(content).__name__}"
-        raise UserError(f"The config file {path} holds {holds}, not `option: value` lines; {example}.")
-    unknown = [str(key) for key in content if key not in options]
-    if {"trainer", "model"} & set(unknown):
-        raise UserError(
-            f"The config file {path} has LightningCLI's sections (trainer:, model:); this template's config is flat: "
-            f"every option at the top level (max_epochs: 20, lr: 0.01), the data module under data:. {example}."
-        )
-    if unknown:
-        close = {
-            key: SYNONYMS.get(key) or next(iter(difflib.get_close_matches(key, options, 1)), None) for key in unknown
-        }
-        guesses = [f"{key} (did you mean {close[key]}?)" if close[key] else key for key in unknown]
-        raise UserError(f"The config file {path} sets options that do not exist: {', '.join(guesses)}; {example}.")
-
-
 KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
 EXAMPLES = {
     "--net": " (e.g. mnist_lightning.model.SimpleNN) whose first two arguments are the shape of one sample and the "
@@ -472,19 +369,6 @@ def build_training(config: Namespace) -> Training:
     )
 
 
-def check_monitors(callbacks: list, model: Classifier) -> None:
-    """A callback that monitors a metric the model does not log (Lightning would find out after an epoch)."""
-    for callback in callbacks:
-        monitor = getattr(callback, "monitor", None)
-        if isinstance(monitor, str) and monitor not in model.monitorable and not monitor.startswith("lr-"):
-            close = difflib.get_close_matches(monitor, model.monitorable, 1, 0.5)
-            raise UserError(
-                f"{type(callback).__name__} monitors {monitor!r}, which the model does not log"
-                + (f" (did you mean {close[0]!r}?)" if close else "")
-                + f"; it logs {', '.join(model.monitorable)} during training (--callbacks.monitor NAME)."
-            )
-
-
 NETWORK_RULE = (
     "a network of this template takes the shape of one sample and the number of classes as its first two arguments "
     "and gives one score per class for each sample, e.g. MyNet(input_shape, num_classes, width=64)"
@@ -529,19 +413,6 @@ def network_path(net: Any) -> str:
     return f"{net.__module__}.{net.__qualname__}" if hasattr(net, "__qualname__") else str(net)
 
 
-def data_sizes(datamodule: LightningDataModule) -> dict[str, Any]:
-    """What the data module says the model is built for: the shape of one sample and the number of classes."""
-    shape, classes = getattr(datamodule, "input_shape", None), getattr(datamodule, "num_classes", None)
-    valid_shape = isinstance(shape, tuple | list) and shape and all(isinstance(n, int) and n > 0 for n in shape)
-    if not (valid_shape and isinstance(classes, int) and not isinstance(classes, bool) and classes >= 2):
-        raise UserError(
-            f"The data module {type(datamodule).__name__} must say what the model is built for: num_classes (an int, "
-            "2 or more) and input_shape (the shape of one sample, a tuple of positive ints, e.g. (3, 32, 32)), as "
-            f"attributes set by its __init__. It has num_classes={classes!r}, input_shape={shape!r}."
-        )
-    return {"input_shape": list(shape), "num_classes": classes}
-
-
 def start_weights(config: Namespace) -> str | None:
     """The checkpoint whose weights the run starts from: ``--ckpt_path <file>``, or for a resumed run the one in
     its record (if the run started from one)."""
@@ -568,20 +439,6 @@ def build_classes(config: Namespace) -> Namespace:
             "Install what it needs, as said" if missing else f"Check the arguments given to it as {flag}.NAME VALUE"
         )
         raise UserError(f"{what} could not be built: {reason}. {advice}.") from error
-
-
-def refuse_empty_training(config: Namespace) -> None:
-    """Settings under which not one training step is taken: the run would test an untrained model."""
-    zero = [
-        f"--{name} {config[name]}" for name in ("max_epochs", "max_steps", "limit_train_batches") if config[name] == 0
-    ]
-    if config.max_time is not None and Timer(duration=config.max_time).time_remaining() <= 0:
-        zero.append(f"--max_time {config.max_time}")
-    if zero:
-        raise UserError(
-            f"{' and '.join(zero)} trains nothing, so there would be no trained model to test. Give it a positive "
-            "value (or leave it out for the default); to test a model you have, use scripts/evaluate.py."
-        )
 
 
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:

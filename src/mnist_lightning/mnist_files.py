@@ -1,0 +1,55 @@
+"""Reading the MNIST example's files: torchvision parses them; what it does not check (a damaged archive that it would
+download over, files of another shape) is checked here, each mistake one paragraph saying what to do."""
+
+from pathlib import Path
+
+from torch import Tensor
+from torchvision.datasets.utils import check_integrity
+
+from .errors import UserError
+
+
+def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]]:
+    """The training and the test set of an MNISTDataModule: uint8 images [N, 28, 28] and labels, parsed by
+    torchvision (``download``: unless they are there). Damaged or missing files, or a ``val_size`` the data cannot
+    hold, are a UserError saying what to do."""
+    dataset, data_dir, val_size = datamodule.torchvision_class, datamodule.hparams.data_dir, datamodule.hparams.val_size
+    raw = Path(data_dir) / dataset.__name__ / "raw"
+    for filename, md5 in dataset.resources if download else []:  # torchvision would download over a damaged one
+        if (raw / filename).is_file() and not check_integrity(str(raw / filename), md5):
+            raise UserError(
+                f"{(raw / filename).resolve()} is damaged: its MD5 sum is not the original's. Delete it and run "
+                "again to download it, or copy an intact original in its place.",
+                exit_code=1,
+            )
+    new_folders = [path for path in (raw, raw.parent, Path(data_dir)) if not path.exists()]
+    sets = []
+    for train in (True, False):
+        try:
+            parsed = dataset(data_dir, train=train, download=download)
+        except Exception as error:
+            for path in new_folders:  # deepest first: a failed download leaves no empty folders behind
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+            raise UserError(
+                f"{dataset.__name__} could not be read or downloaded into {raw.resolve()}: "
+                f"{' '.join(str(error).split()) or type(error).__name__}. Offline, put the four original files "
+                f"({', '.join(name for name, _ in dataset.resources)}) in that folder, or pass --data.data_dir a "
+                f"folder holding {dataset.__name__}/raw/ with them.",
+                exit_code=1,
+            ) from error
+        images, labels = parsed.data, parsed.targets
+        if images.shape[1:] != (28, 28) or len(images) != len(labels) or labels.max() >= len(parsed.classes):
+            raise UserError(
+                f"The files in {raw.resolve()} are not {dataset.__name__}'s: they hold {len(images)} images of "
+                f"{list(images.shape[1:])} pixels and {len(labels)} labels up to {int(labels.max())}. Replace them "
+                "with the originals.",
+                exit_code=1,
+            )
+        sets.append((images, labels))
+    if not val_size < len(sets[0][1]):
+        raise UserError(
+            f"--data.val_size must be between 1 and {len(sets[0][1]) - 1} for this dataset (it has "
+            f"{len(sets[0][1])} training images), got {val_size}."
+        )
+    return sets
