@@ -1,18 +1,35 @@
-"""What each script of this folder runs: an entry point's ``main()``, or, from a Python that lacks the project (the
-system's, with .venv not activated), how to get one that has it."""
+"""What every script of this folder imports first, before the project, torch and Lightning.
 
+Importing them is the slow part of start-up. A KeyboardInterrupt raised inside an import can be swallowed by a
+library's broad ``except`` and leave a half-imported module that fails later with a misleading traceback; so while
+they import, Ctrl-C ends the process at once (nothing has been written yet) with the shell's status for it. From a
+Python that lacks the project (the system's, with .venv not activated), the script says how to get one that has it.
+"""
+
+import contextlib
+import importlib
+import os
 import shlex
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(module: str) -> int:
-    try:
-        from mnist_lightning.errors import run_script
+def interrupted(signum: int, frame: object) -> None:
+    print("\nInterrupted.", file=sys.stderr, flush=True)
+    os._exit(128 + signum)
 
-        return run_script(module)
+
+@contextlib.contextmanager
+def project_imports() -> Iterator[None]:
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not if the caller ignores Ctrl-C
+    if ours:
+        signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
     except ModuleNotFoundError as error:  # the project, or a library it needs, is not installed in this Python
         venv = ROOT / ".venv" / "bin" / "python"
         command = shlex.join([str(venv if venv.exists() else "python"), *sys.argv])
@@ -23,4 +40,14 @@ def run(module: str) -> int:
             "first).",
             file=sys.stderr,
         )
-        return 1
+        sys.exit(1)
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run(module: str) -> int:
+    """Import the entry point's module, then call its ``main()``."""
+    with project_imports():
+        main = importlib.import_module(module).main
+    return main()

@@ -3,6 +3,11 @@
 import gzip
 import importlib.util
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +15,8 @@ from helpers import TINY_RUN, one_line
 from torchvision.datasets import MNIST
 
 from mnist_lightning.train import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
@@ -365,3 +372,41 @@ def test_export_formats_are_named_as_its_help_says(tmp_path, capsys, formats, ph
     code = export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--formats", *formats])
     err = one_line(capsys.readouterr().err)
     assert code == 2 and phrase in err and "Traceback" not in err and not (tmp_path / "exports").exists()
+
+
+# Imported first in every Python started with this folder on PYTHONPATH: the import of HANG_AT waits (a minute)
+# after writing READY, so Ctrl-C is sent while that import is under way, never a moment too early or too late.
+SLOW_IMPORT = """
+import os, sys, time
+
+class SlowImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["HANG_AT"]:
+            sys.meta_path.remove(self)
+            open(os.environ["READY"], "w").close()
+            time.sleep(60)
+
+sys.meta_path.insert(0, SlowImport())
+"""
+
+
+@pytest.mark.parametrize("hang_at", ["mnist_lightning", "torch"])
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py", "devices.py", "gpu_check.py"])
+def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, script, hang_at):
+    """`python scripts/train.py ...` and Ctrl-C while Python imports the project or torch: one line, status 130."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
+    ready = tmp_path / "ready"
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / script), "--help"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": path, "HANG_AT": hang_at, "READY": str(ready)},
+    )
+    deadline = time.monotonic() + 60
+    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready.exists(), process.communicate()[1]
+    process.send_signal(signal.SIGINT)
+    err = process.communicate(timeout=60)[1]
+    assert process.returncode == 130 and err.strip() == "Interrupted.", err

@@ -6,6 +6,7 @@ Tests marked gpu are collected everywhere and skipped where CUDA is unavailable 
 """
 
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -17,8 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import FAKE_VAL, TINY_RUN, train_run
-
-from mnist_lightning import gpu_check
 
 gpu = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +44,12 @@ def run_script(name: str, *flags: str, code: str | None = None) -> subprocess.Co
     runner = ["-c", code] if code else []
     command = [sys.executable, *runner, str(ROOT / "scripts" / name), *flags]
     return subprocess.run(command, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path}, timeout=600)
+
+
+def load_gpu_check(monkeypatch):
+    """scripts/gpu_check.py, imported as `python scripts/gpu_check.py` runs it: with its folder on sys.path."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    return importlib.import_module("gpu_check")
 
 
 @contextlib.contextmanager
@@ -212,6 +217,7 @@ def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist
     # The scripts it runs import this checkout's package.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
     flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100"]
+    gpu_check = load_gpu_check(monkeypatch)
     assert gpu_check.main([*flags, "--max_epochs", "2", "--results_dir", str(tmp_path)]) == 0, capsys.readouterr()
     results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
     status = {step["step"]: step["status"] for step in results["steps"]}
@@ -233,7 +239,7 @@ def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist
 
 def test_gpu_check_without_a_gpu_says_to_use_cpu_mode(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpu_check.main(["--results_dir", str(tmp_path)]) == 2
+    assert load_gpu_check(monkeypatch).main(["--results_dir", str(tmp_path)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "No CUDA GPU can be used here" in err and "--cpu" in err
     assert not list(tmp_path.iterdir())
