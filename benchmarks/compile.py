@@ -17,7 +17,7 @@ import importlib.util
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from mnist_lightning.records import write_json
+from mnist_lightning.core.records import write_json
 
 RESULTS = Path(__file__).parent / "results"
 # scripts/compare.py stands on its own, outside the package: loaded from its file.

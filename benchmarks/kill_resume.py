@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from mnist_lightning.records import write_json
+from mnist_lightning.core.records import write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from interrupts import ROOT, compare_runs, interrupt_and_resume, random_moments, train_command

@@ -3,7 +3,7 @@
 
     python benchmarks/phases.py --data.data_dir <MNIST root> --output_dir /tmp/run     # any train.py flags
 
-Runs ``mnist_lightning.train.main`` as ``scripts/train.py`` does, with clocks around its phases: the imports,
+Runs ``mnist_lightning.core.train.main`` as ``scripts/train.py`` does, with clocks around its phases: the imports,
 parsing, building (of which the data check), fit (its setup, the sanity check, the training loop and, within
 it, the checkpoint writes), test, the plots. Clocks wrap this project's own functions, the Trainer object's
 public ``fit``/``test`` methods and a Callback's hooks; nothing inside Lightning is changed. The last line of
@@ -43,8 +43,8 @@ def main() -> int:
     start = time.perf_counter()
     from lightning.pytorch import Callback
 
-    import mnist_lightning.train as train_module
-    from mnist_lightning import checkpoints, plots
+    import mnist_lightning.core.train as train_module
+    from mnist_lightning.core import checkpoints, plots
     from mnist_lightning.datamodule import MNISTDataModule
 
     SECONDS["imports"] = time.perf_counter() - start

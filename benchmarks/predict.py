@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # the picture kinds are the tests' own
 from helpers import write_idx  # noqa: E402
 from test_preprocessing import KINDS, mnist_test_set  # noqa: E402
 
-from mnist_lightning.predict import main as predict_main  # noqa: E402
-from mnist_lightning.records import write_json  # noqa: E402
-from mnist_lightning.train import main as train_main  # noqa: E402
+from mnist_lightning.core.predict import main as predict_main  # noqa: E402
+from mnist_lightning.core.records import write_json  # noqa: E402
+from mnist_lightning.core.train import main as train_main  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

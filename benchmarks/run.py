@@ -39,7 +39,7 @@ from tempfile import TemporaryDirectory
 
 import torch
 
-from mnist_lightning.records import write_json
+from mnist_lightning.core.records import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 # scripts/compare.py stands on its own, outside the package: its building blocks are loaded from the file.

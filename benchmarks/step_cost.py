@@ -49,14 +49,14 @@ from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, DistributedSampler
 
-from mnist_lightning.callbacks import EpochHistory, ThrottledBar
-from mnist_lightning.checkpoints import AtomicCheckpointIO, best_checkpoint, last_checkpoint
-from mnist_lightning.cli import build_training, parse_args
+from mnist_lightning.core.callbacks import EpochHistory, ThrottledBar
+from mnist_lightning.core.checkpoints import AtomicCheckpointIO, best_checkpoint, last_checkpoint
+from mnist_lightning.core.cli import build_training, parse_args
+from mnist_lightning.core.records import write_json
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
 from mnist_lightning.optim import build_optimizer, build_schedule
-from mnist_lightning.records import write_json
 
 RESULTS = Path(__file__).parent / "results"
 # The plain and Fabric rungs stand on their own, outside the package: their data function is loaded from the file.

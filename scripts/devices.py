@@ -12,8 +12,8 @@ with project_imports():
     import torch
     from lightning.pytorch import Trainer
 
-    from mnist_lightning.devices import why_no_cuda
-    from mnist_lightning.errors import run_main
+    from mnist_lightning.core.devices import why_no_cuda
+    from mnist_lightning.core.errors import run_main
 
 
 def lightning_choice() -> str:

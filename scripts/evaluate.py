@@ -6,4 +6,4 @@ import sys
 from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.evaluate"))
+    sys.exit(run("mnist_lightning.core.evaluate"))

@@ -25,9 +25,9 @@ from _entry import project_imports
 with project_imports():
     import torch
 
+    from mnist_lightning.core.devices import why_no_cuda
+    from mnist_lightning.core.errors import UserError, run_main
     from mnist_lightning.datamodule import MNISTDataModule
-    from mnist_lightning.devices import why_no_cuda
-    from mnist_lightning.errors import UserError, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 

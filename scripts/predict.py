@@ -10,4 +10,4 @@ import sys
 from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.predict"))
+    sys.exit(run("mnist_lightning.core.predict"))

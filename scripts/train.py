@@ -9,4 +9,4 @@ import sys
 from _entry import run
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.train"))
+    sys.exit(run("mnist_lightning.core.train"))

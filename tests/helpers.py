@@ -106,8 +106,8 @@ class CautiousNN(nn.Module):
 
 def train_run(*flags: str) -> dict:
     """scripts/train.py in this process: build from the flags, fit, test; the run's metrics."""
-    from mnist_lightning.cli import build_training, parse_args
-    from mnist_lightning.train import train
+    from mnist_lightning.core.cli import build_training, parse_args
+    from mnist_lightning.core.train import train
 
     training = build_training(parse_args(list(flags)))
     return train(training.trainer, training.model, training.datamodule, training.ckpt_path)

@@ -13,9 +13,9 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor
 
-from mnist_lightning.checkpoints import load_checkpoint
-from mnist_lightning.cli import build_parser, build_training, parse_args
-from mnist_lightning.train import main, train
+from mnist_lightning.core.checkpoints import load_checkpoint
+from mnist_lightning.core.cli import build_parser, build_training, parse_args
+from mnist_lightning.core.train import main, train
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -61,7 +61,7 @@ def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp
 def checkpoint(tmp_path_factory) -> str:
     from helpers import TINY_RUN, write_fake_mnist
 
-    from mnist_lightning.train import main
+    from mnist_lightning.core.train import main
 
     root = tmp_path_factory.mktemp("trained")
     data = write_fake_mnist(root / "data")

@@ -8,8 +8,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
+from mnist_lightning.core.errors import UserError
 from mnist_lightning.datamodule import DATASETS, MNISTDataModule
-from mnist_lightning.errors import UserError
 from mnist_lightning.in_memory import EpochShuffle, normalize
 
 

@@ -11,9 +11,9 @@ import pytest
 from helpers import TINY_RUN, one_line, write_fake_mnist
 from torchvision.datasets import MNIST
 
+from mnist_lightning.core.errors import UserError
+from mnist_lightning.core.train import main
 from mnist_lightning.datamodule import MNISTDataModule
-from mnist_lightning.errors import UserError
-from mnist_lightning.train import main
 
 
 def fake_data_with_sums(root: Path) -> Path:  # (kept for the callers' names: the fake files need no sums now)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import one_line
 
-from mnist_lightning import devices
+from mnist_lightning.core import devices
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import torch
 from helpers import TINY_RUN, one_line
 from torchvision.datasets import MNIST
 
-from mnist_lightning.train import main
+from mnist_lightning.core.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -244,7 +244,7 @@ def test_an_output_folder_that_cannot_be_written(fake_mnist, tmp_path, capsys):
 
 
 def test_a_checkpoint_of_another_model_is_refused(tmp_path, capsys):
-    from mnist_lightning.evaluate import main as evaluate_main
+    from mnist_lightning.core.evaluate import main as evaluate_main
 
     other = {"hyper_parameters": {}, "state_dict": {"net.linear.weight": torch.zeros(3, 3)}, "epoch": 0}
     torch.save(other, tmp_path / "other.ckpt")
@@ -253,8 +253,8 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, capsys):
 
 
 def test_more_gpus_than_the_machine_has(monkeypatch):
-    from mnist_lightning.devices import check_accelerator
-    from mnist_lightning.errors import UserError
+    from mnist_lightning.core.devices import check_accelerator
+    from mnist_lightning.core.errors import UserError
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -314,7 +314,7 @@ def test_a_checkpoint_refused_by_the_unpickler_gets_no_advice_to_unpickle(fake_m
 
 
 def test_evaluate_reports_a_bad_command_line_in_one_paragraph(capsys):
-    from mnist_lightning.evaluate import main as evaluate_main
+    from mnist_lightning.core.evaluate import main as evaluate_main
 
     assert evaluate_main(["--batch_size", "abc"]) == 2
     err = capsys.readouterr().err
@@ -322,7 +322,7 @@ def test_evaluate_reports_a_bad_command_line_in_one_paragraph(capsys):
 
 
 def test_export_into_an_existing_file_is_refused_before_any_work(tmp_path, capsys):
-    from mnist_lightning.export import main as export_main
+    from mnist_lightning.core.export import main as export_main
 
     (tmp_path / "a_file").write_text("")
     assert export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--output_dir", str(tmp_path / "a_file")]) == 2
@@ -367,7 +367,7 @@ def test_an_accelerator_whose_package_is_missing_is_one_message(fake_mnist, tmp_
     [(["tflite"], "invalid choice: 'tflite' (choose from 'pt2', 'onnx')"), (["[pt2]"], "invalid choice")],
 )
 def test_export_formats_are_named_as_its_help_says(tmp_path, capsys, formats, phrase):
-    from mnist_lightning.export import main as export_main
+    from mnist_lightning.core.export import main as export_main
 
     code = export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--formats", *formats])
     err = one_line(capsys.readouterr().err)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import TINY_RUN, one_line
 
-from mnist_lightning.evaluate import main
-from mnist_lightning.train import main as train_main
+from mnist_lightning.core.evaluate import main
+from mnist_lightning.core.train import main as train_main
 
 
 @pytest.fixture(scope="module")

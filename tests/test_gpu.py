@@ -144,7 +144,7 @@ def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path):
                 self.context.__exit__(None, None, None)
                 del self.context
 
-    from mnist_lightning.cli import build_training, parse_args
+    from mnist_lightning.core.cli import build_training, parse_args
 
     flags = ["--data.data_dir", str(fake_mnist), *TRAINER_STEPS_RUN, "--accelerator", "gpu"]
     training = build_training(parse_args([*flags, "--output_dir", str(tmp_path / "trainer")]))
@@ -160,7 +160,7 @@ def test_epoch_times_wait_for_the_gpu(fake_mnist):
     """EpochHistory reads the clock only after the GPU has finished: work still queued counts in the epoch."""
     from lightning.pytorch import Callback, Trainer
 
-    from mnist_lightning.callbacks import EpochHistory
+    from mnist_lightning.core.callbacks import EpochHistory
     from mnist_lightning.datamodule import MNISTDataModule
     from mnist_lightning.lightning_module import Classifier
 

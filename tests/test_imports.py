@@ -26,7 +26,7 @@ ONLY_SOME_RUNS = {
     "onnxscript": "export.py --formats onnx",
     "onnxruntime": "checking an ONNX export",
     "matplotlib": PLOTS,
-    "mnist_lightning.plots": PLOTS,
+    "mnist_lightning.core.plots": PLOTS,
 }
 # Runs the entry points in one process, one after another, and records sys.modules after each.
 RUNNER = """
@@ -77,7 +77,7 @@ def beyond_floor(modules: set[str], floor: set[str], allowed: tuple[str, ...] = 
 def test_help_of_every_entry_point_imports_nothing_only_some_runs_need(floor):
     scripts = ["scripts/train.py", "scripts/evaluate.py", "scripts/predict.py", "scripts/export.py"]
     after = modules_after(*([script, "--help"] for script in scripts))
-    assert "mnist_lightning.export" in after["scripts/export.py"]  # each entry point did run
+    assert "mnist_lightning.core.export" in after["scripts/export.py"]  # each entry point did run
     earlier = floor
     for script in scripts:
         assert beyond_floor(after[script], earlier) == {}, script

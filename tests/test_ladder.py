@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers import FAKE_VAL, train_run
 
-from mnist_lightning.checkpoints import load_checkpoint
+from mnist_lightning.core.checkpoints import load_checkpoint
 from mnist_lightning.model import SimpleNN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,7 +292,7 @@ def test_lightnings_matmul_precision_note_is_not_shown(caplog):
     from lightning.fabric.utilities.rank_zero import rank_zero_info
     from lightning_utilities.core import rank_zero
 
-    from mnist_lightning.workarounds import apply_workarounds
+    from mnist_lightning.core.workarounds import apply_workarounds
 
     apply_workarounds()
     # rank_zero_info writes to the logger Lightning last chose for it, whose level an earlier test may have raised

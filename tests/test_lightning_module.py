@@ -11,7 +11,7 @@ from helpers import FAKE_VAL, SmallCNN
 from lightning.pytorch import Trainer
 
 import mnist_lightning
-from mnist_lightning.checks import check_network
+from mnist_lightning.core.checks import check_network
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN

@@ -24,12 +24,12 @@ import torch
 import yaml
 from helpers import one_line
 
-import mnist_lightning.evaluate as evaluate_module
-from mnist_lightning.checkpoints import load_checkpoint
-from mnist_lightning.evaluate import main as evaluate_main
-from mnist_lightning.export import main as export_main
-from mnist_lightning.predict import main as predict_main
-from mnist_lightning.train import main as train_main
+import mnist_lightning.core.evaluate as evaluate_module
+from mnist_lightning.core.checkpoints import load_checkpoint
+from mnist_lightning.core.evaluate import main as evaluate_main
+from mnist_lightning.core.export import main as export_main
+from mnist_lightning.core.predict import main as predict_main
+from mnist_lightning.core.train import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["--enable_progress_bar", "false"]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from helpers import FAKE_TEST, TINY_RUN, one_line
 
-from mnist_lightning import export
-from mnist_lightning.predict import main
-from mnist_lightning.train import main as train_main
+from mnist_lightning.core import export
+from mnist_lightning.core.predict import main
+from mnist_lightning.core.train import main as train_main
 
 
 def trained_checkpoint(data_dir: Path, run: Path, *flags: str) -> str:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from mnist_lightning.cli import build_training, parse_args
-from mnist_lightning.train import train
+from mnist_lightning.core.cli import build_training, parse_args
+from mnist_lightning.core.train import train
 
 pytestmark = pytest.mark.real_data
 

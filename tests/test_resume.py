@@ -10,7 +10,7 @@ import torch
 from helpers import FAKE_VAL, TINY_RUN, one_line
 from test_data_integrity import fake_data_with_sums
 
-from mnist_lightning.train import main
+from mnist_lightning.core.train import main
 
 
 @pytest.fixture(scope="module")

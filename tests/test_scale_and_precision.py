@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN, train_run
 
-from mnist_lightning.cli import parse_args
+from mnist_lightning.core.cli import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = {"fit_seconds", "best_checkpoint", "peak_host_mb", "peak_gpu_mb", "history"}

@@ -7,9 +7,9 @@ import torch
 import yaml
 from helpers import FAKE_TEST, TINY_RUN, SmallCNN, write_fake_dataset
 
-from mnist_lightning import evaluate, export, predict
-from mnist_lightning.checkpoints import load_checkpoint
-from mnist_lightning.train import main
+from mnist_lightning.core import evaluate, export, predict
+from mnist_lightning.core.checkpoints import load_checkpoint
+from mnist_lightning.core.train import main
 
 
 def test_a_user_cnn_on_fashion_mnist_trains_evaluates_predicts_and_exports(tmp_path, capsys):

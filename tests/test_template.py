@@ -90,7 +90,7 @@ def custom_project(template, tmp_path_factory) -> Path:
 def test_defaults_bake_the_project_as_it_is(template, tmp_path):
     project = bake(template, tmp_path)
     assert project.name == "mnist-lightning"
-    for path in ("src/mnist_lightning/train.py", "scripts/train.py", "configs/default.yaml", "Makefile"):
+    for path in ("src/mnist_lightning/core/train.py", "scripts/train.py", "configs/default.yaml", "Makefile"):
         assert (project / path).is_file(), path
     assert (project / "src/mnist_lightning/model.py").read_text() == (ROOT / "src/mnist_lightning/model.py").read_text()
 

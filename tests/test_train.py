@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import FAKE_TEST, TINY_RUN, one_line
 
-from mnist_lightning.cli import build_training, parse_args
-from mnist_lightning.train import main, train
+from mnist_lightning.core.cli import build_training, parse_args
+from mnist_lightning.core.train import main, train
 
 METRIC_KEYS = {"test/acc", "test/loss", "epochs", "fit_seconds", "accelerator", "devices", "history", "seed"}
 
@@ -166,7 +166,7 @@ def test_a_compiled_cpu_run_prints_nothing_that_looks_like_an_error(fake_mnist, 
     # found" at WARNING level. With its own empty compilation cache, as a first run on a new machine.
     flags = ["--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN, "--compile", "true"]
     env = os.environ | {"CUDA_HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "mnist_lightning.train", *flags]
+    command = [sys.executable, "-m", "mnist_lightning.core.train", *flags]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     err = result.stderr.lower()
@@ -236,17 +236,17 @@ def test_a_terminal_gets_a_bar_and_no_epoch_lines(fake_mnist, tmp_path):
 
 def test_ctrl_c_while_the_plots_are_drawn_says_the_run_is_complete(fake_mnist, tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
-    import mnist_lightning.plots
+    import mnist_lightning.core.plots
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mnist_lightning.plots, "save_plots", interrupted)
+    monkeypatch.setattr(mnist_lightning.core.plots, "save_plots", interrupted)
     run = tmp_path / "run"
     assert main(["--data.data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN]) == 130
     message = one_line(capsys.readouterr().err)
     assert "Stopped by Ctrl-C: after the run had finished" in message and "Traceback" not in message
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
     monkeypatch.undo()
-    assert mnist_lightning.plots.main([str(run)]) == 0  # the command the message gives
+    assert mnist_lightning.core.plots.main([str(run)]) == 0  # the command the message gives
     assert (run / "curves.png").is_file() and (run / "confusion_matrix.png").is_file()

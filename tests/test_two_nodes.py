@@ -100,7 +100,7 @@ def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
     from lightning.pytorch import Trainer
     from lightning.pytorch.utilities import rank_zero as trainer_rank_zero
 
-    from mnist_lightning.cli import parse_args
+    from mnist_lightning.core.cli import parse_args
 
     path = ROOT / "scripts" / "slurm_train.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0  # the script parses
@@ -152,7 +152,7 @@ def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
 def test_an_entry_point_that_ends_well_destroys_its_gloo_process_group(tmp_path):
     # Lightning destroys only NCCL groups at exit; a gloo group left to the interpreter's shutdown can abort the
     # process (SIGABRT) and leave torchrun waiting at its exit barrier. run_main ends it after a good run.
-    from mnist_lightning.errors import UserError, run_main
+    from mnist_lightning.core.errors import UserError, run_main
 
     def start_group(name: str) -> None:
         store = f"file://{tmp_path / name}"

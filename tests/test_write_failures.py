@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import TINY_RUN, one_line
 
-from mnist_lightning.train import main
+from mnist_lightning.core.train import main
 
 
 def resume_command(message: str) -> list[str]:

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import random_split
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
-from .checks import check_hyperparameters
+from .core.checks import check_hyperparameters
 from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
 from .in_memory import InMemoryDataModule, Samples, normalize
 from .mnist_files import read_mnist

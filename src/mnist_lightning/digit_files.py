@@ -14,7 +14,7 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torchvision.datasets.mnist import read_image_file
 
-from .errors import NothingToPredict
+from .core.errors import NothingToPredict
 from .preprocessing import STEPS, NoInkError, to_model_input
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}

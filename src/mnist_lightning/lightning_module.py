@@ -7,7 +7,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from .checks import check_hyperparameters, check_network
+from .core.checks import check_hyperparameters, check_network
 from .model import NetworkFactory, SimpleNN
 from .optim import OptimizerName, ScheduleName, configure
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from torch import Tensor
 from torchvision.datasets.utils import check_integrity
 
-from .errors import UserError
+from .core.errors import UserError
 
 
 def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]]:

@@ -14,8 +14,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from ..lightning_module import Classifier
 from .errors import UserError
-from .lightning_module import Classifier
 from .records import replaced
 
 RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")

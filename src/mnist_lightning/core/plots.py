@@ -1,5 +1,5 @@
 """PNG plots of a finished run (needs the plots extra): learning curves and the test confusion matrix;
-``python -m mnist_lightning.plots <run folder>`` draws them again from its metrics.json."""
+``python -m mnist_lightning.core.plots <run folder>`` draws them again from its metrics.json."""
 
 import json
 import sys

@@ -1,7 +1,7 @@
 """Train with Lightning: fit, test the best checkpoint, write ``metrics.json`` (and plots) in the run folder.
 
 ``python scripts/train.py --accelerator gpu --devices 1``; the objects are built from the command line by
-:mod:`mnist_lightning.cli`, and :func:`train` only runs them, so tests and notebooks can call it directly.
+:mod:`mnist_lightning.core.cli`, and :func:`train` only runs them, so tests and notebooks can call it directly.
 """
 
 import importlib.util
@@ -21,10 +21,10 @@ from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from ..lightning_module import Classifier
 from .callbacks import EpochHistory
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import UserError, WriteError, run_main
-from .lightning_module import Classifier
 from .records import discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
@@ -194,7 +194,7 @@ def where_the_run_stands(training: Training | None) -> str:
     if (training.run_dir / "metrics.json").is_file():
         return (
             f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results. To draw any plot "
-            f"missing: python -m mnist_lightning.plots {training.run_dir}"
+            f"missing: python -m mnist_lightning.core.plots {training.run_dir}"
         )
     last = training.run_dir / "checkpoints" / "last.ckpt"
     if last.is_file():

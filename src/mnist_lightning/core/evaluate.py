@@ -9,11 +9,11 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import LightningDataModule, Trainer
 
+from ..lightning_module import Classifier
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
-from .lightning_module import Classifier
 from .records import new_run_dir, run_metrics, write_json
 
 

@@ -1,5 +1,5 @@
 """Workarounds for the library versions this template supports, each with why it is here and when it can go;
-applied by :func:`mnist_lightning.errors.run_main`, which every entry point goes through, and by train.py."""
+applied by :func:`mnist_lightning.core.errors.run_main`, which every entry point goes through, and by train.py."""
 
 import logging
 import warnings

@@ -31,6 +31,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 
+from ..lightning_module import Classifier
+from ..model import MATMUL_HELP
 from .callbacks import DivergedError, EpochHistory, EpochTimer, progress_display
 from .checkpoints import (
     NOISE,
@@ -54,8 +56,6 @@ from .checks import (
 )
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
-from .lightning_module import Classifier
-from .model import MATMUL_HELP
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
@@ -319,7 +319,7 @@ def as_flag(key: str) -> str:
 
 @dataclass
 class Training:
-    """Everything a training run needs, built: what :func:`mnist_lightning.train.train` takes."""
+    """Everything a training run needs, built: what :func:`mnist_lightning.core.train.train` takes."""
 
     trainer: Trainer
     model: Classifier
@@ -332,7 +332,7 @@ class Training:
 def build_training(config: Namespace) -> Training:
     """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run.
     Everything that can be wrong is checked before Lightning's banners print; a new run that fails before its
-    first checkpoint leaves no folder behind (:func:`mnist_lightning.train.main` discards it)."""
+    first checkpoint leaves no folder behind (:func:`mnist_lightning.core.train.main` discards it)."""
     check_accelerator(config.accelerator, config.devices)
     refuse_empty_training(config)
     weights = start_weights(config)
@@ -525,7 +525,8 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
 def resume_hint(run_dir: Path) -> str:
     """The command that resumes this run, ready to paste into a shell."""
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
-    command = ["-m", f"{__package__}.train"] if Path(script).parent.name == __package__ else [script]
+    as_module = Path(script).resolve().parent == Path(__file__).resolve().parent  # python -m <package>.core.train
+    command = ["-m", f"{__package__}.train"] if as_module else [script]
     return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
 
 
