@@ -74,7 +74,7 @@ def test_an_output_folder_that_cannot_hold_files_is_refused(flags, checkpoint, s
     """/proc refuses new files even to root, which os.access does not tell."""
     from importlib import import_module
 
-    main = import_module(f"mnist_lightning.{script}").main
+    main = import_module(f"mnist_lightning.core.{script}").main
     options = flags if script == "train" else ["--ckpt_path", checkpoint]
     assert main([*options, "--output_dir", "/proc/foo"]) == 2
     err = one_line(capsys.readouterr().err)

@@ -126,7 +126,7 @@ def test_a_checkpoint_with_flipped_bits_is_refused_by_every_entry_point(trained,
         flags += ["--data.data_dir", str(fake_mnist), *TINY_RUN]
     if entry != "predict":
         flags += ["--output_dir", str(tmp_path / "out")]
-    assert import_module(f"mnist_lightning.{entry}").main(flags) == 2
+    assert import_module(f"mnist_lightning.core.{entry}").main(flags) == 2
     err = one_line(capsys.readouterr().err)
     assert f"{damaged} is not a PyTorch checkpoint, or it is damaged" in err and "no longer matches its checksum" in err
     assert "Traceback" not in err

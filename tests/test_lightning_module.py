@@ -148,7 +148,7 @@ def test_the_lightning_module_and_the_data_module_are_shorter_than_fabrics_whole
 # end with_ladder
 def test_no_device_code_on_the_lightning_side():
     package = Path(mnist_lightning.__file__).parent
-    for name in ("lightning_module.py", "model.py", "train.py", "cli.py"):
+    for name in ("lightning_module.py", "model.py", "core/train.py", "core/cli.py"):
         source = (package / name).read_text()
         assert ".cuda(" not in source and ".to(device" not in source and "torch.device(" not in source, name
 
