@@ -228,6 +228,10 @@ def explain(error: ArgumentError | str) -> str:
     """jsonargparse's message about one option (which lists every type it tried, nested for class paths) as one
     sentence about the flag a user typed."""
     text = " ".join(str(error).split())
+    # jsonargparse before 4.46 appends the raw value as its internal type to a nested option's message.
+    text = re.sub(
+        r" Given value type: <class 'jsonargparse\._util\.NestedArg'> Given value: NestedArg\(.*?\)", "", text
+    )
     if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):  # argparse's prefix matching
         options = [option for option in ambiguous[2].split(", ") if not option.endswith((".help", "+"))]
         return f"{ambiguous[1]} is not an option; did you mean {either(options)}?"
@@ -246,7 +250,9 @@ def explain(error: ArgumentError | str) -> str:
     takes = f"{flag} takes the class path of a"
     if subclass := re.search(r"does not correspond to a subclass of (\w+)", problem):
         return f"{flag} {value} is not a {subclass[1]}. {takes} {subclass[1]}{EXAMPLES.get(flag, '')}."
-    if unbuilt := re.search(r"(?:callable class|class_path '[^']+'): (.*?)\.? (?:- Expected a|Got value)", problem):
+    if unbuilt := re.search(
+        r"(?:callable class|class_path '[^']+'): (.*?)\.? (?:- Expected a|Got value|Given value)", problem
+    ):
         why = unbuilt[1]
         return f"{flag} {value} cannot be built: {why}. {takes} class Python can import{EXAMPLES.get(flag, '')}."
     if bound := re.search(r"Not of type \w+: (\S+) does not conform to restriction (.*)", problem):  # typed ranges
