@@ -2,7 +2,10 @@
 naming the running one, and nothing of the two is mixed; a killed run's lock does not outlive it."""
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import FAKE_VAL, one_line
@@ -79,3 +82,21 @@ def test_an_output_folder_that_cannot_hold_files_is_refused(flags, checkpoint, s
     assert main([*options, "--output_dir", "/proc/foo"]) == 2
     err = one_line(capsys.readouterr().err)
     assert err.startswith("Error: The output folder /proc/foo cannot be written") and "Traceback" not in err
+
+
+def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkpoint, capsys):
+    """export.py's default folder is <run>/checkpoints/exports: not while the run holds its folder."""
+    from mnist_lightning.core.export import main
+
+    run = Path(checkpoint).parent.parent
+    holder = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); print(1, flush=True)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", holder + "; time.sleep(60)", str(run / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        process.stdout.readline()  # the lock is held
+        assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
+    finally:
+        process.kill()
+    assert "is in use by a run that has not ended" in one_line(capsys.readouterr().err)
+    assert not (run / "checkpoints" / "exports" / "model.pt2").exists()

@@ -95,3 +95,12 @@ def test_real_mnist_archives_are_verified_and_extracted(mnist_archives):
     archive.write_bytes(archive.read_bytes()[:-1])
     with pytest.raises(UserError, match=r"t10k-labels-idx1-ubyte\.gz is damaged"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
+
+
+@pytest.mark.real_data
+def test_an_extracted_file_cut_short_beside_its_intact_archive_says_to_delete_it(mnist_archives):
+    MNISTDataModule(str(mnist_archives)).prepare_data()  # extracts
+    images = mnist_archives / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:1_000_000])
+    with pytest.raises(UserError, match="delete the extracted files"):
+        MNISTDataModule(str(mnist_archives)).prepare_data()

@@ -36,6 +36,8 @@ BAD_FLAGS = [
     (["--precision", "16-true", "--lr", "1e6"], 2, ["--lr 1000000.0 does not fit the 16-bit weights", "65504"]),
     # Found before training, not by Lightning's loop (a ZeroDivisionError) or after an epoch.
     (["--val_check_interval", "0"], 2, ["--val_check_interval 0 is out of range", "above 0.0"]),
+    (["--val_check_interval", "nan"], 2, ["Invalid time format for `val_check_interval`"]),
+    (["--num_nodes", "2"], 2, ["--num_nodes 2 needs one process per machine, started by torchrun or srun"]),
     (["--val_check_interval", "50"], 2, ["`val_check_interval` (50) must be less than or equal to", "batches (10)"]),
     (
         ["--callbacks+=EarlyStopping", "--callbacks.monitor=val_acc"],
@@ -410,3 +412,10 @@ def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, scr
     process.send_signal(signal.SIGINT)
     err = process.communicate(timeout=60)[1]
     assert process.returncode == 130 and err.strip() == "Interrupted.", err
+
+
+def test_evaluate_refuses_a_batch_size_below_one(capsys):
+    from mnist_lightning.core.evaluate import main as evaluate_main
+
+    assert evaluate_main(["--ckpt_path", "x.ckpt", "--batch_size", "0"]) == 2
+    assert "--batch_size 0 is out of range: it must be above 0" in one_line(capsys.readouterr().err)

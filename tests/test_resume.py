@@ -185,3 +185,37 @@ def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option
     assert "limit_test_batches" in message and "keeps the trained epochs" in message and "Traceback" not in message
     assert main(["--output_dir", str(run), "--ckpt_path", "last", "--limit_test_batches", "1.0"]) == 0
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
+
+
+@pytest.mark.parametrize(
+    ("damage", "phrase"),
+    [
+        ("deleted", "has a checkpoint but no config.yaml"),
+        ("batch_size", "batch_size: 64 in the record, 100 in the checkpoint"),
+        ("net", "it was edited after the run started"),
+        ("unclosed", "config.yaml, line"),
+    ],
+)
+def test_a_resume_refuses_a_record_that_no_longer_says_how_the_run_was_trained(
+    fake_mnist, tmp_path, capsys, damage, phrase
+):
+    """config.yaml lost or edited by hand: the run would go on as a mix of two configurations, or not load."""
+    run = tmp_path / "run"
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "1", "--accelerator", "cpu"]
+    assert main([*flags, "--output_dir", str(run)]) == 0
+    record = run / "config.yaml"
+    text = record.read_text()
+    if damage == "deleted":
+        record.unlink()
+    elif damage == "batch_size":
+        record.write_text(text.replace("batch_size: 100", "batch_size: 64"))
+    elif damage == "net":
+        record.write_text(text.replace("mnist_lightning.model.SimpleNN", "helpers.SmallCNN"))
+    else:
+        record.write_text(text + "lr: [unclosed\n")
+    capsys.readouterr()
+    arguments = ["--data.data_dir", str(fake_mnist)] if damage == "deleted" else []
+    assert main(["--output_dir", str(run), "--ckpt_path", "last", "--max_epochs", "2", *arguments]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert phrase in err and "Traceback" not in err, err
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 1  # the run is as it was

@@ -31,11 +31,17 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
             for path in new_folders:  # deepest first: a failed download leaves no empty folders behind
                 if path.is_dir() and not any(path.iterdir()):
                     path.rmdir()
+            archives = all((raw / name).is_file() for name, _ in dataset.resources)
+            fix = (  # the archives passed their MD5 check: what torchvision failed to read is the extracted copies
+                "The archives are intact: delete the extracted files (those without .gz) there, and they are "
+                "extracted again"
+                if archives
+                else f"Offline, put the four original files ({', '.join(name for name, _ in dataset.resources)}) in "
+                f"that folder, or pass --data.data_dir a folder holding {dataset.__name__}/raw/ with them"
+            )
             raise UserError(
                 f"{dataset.__name__} could not be read or downloaded into {raw.resolve()}: "
-                f"{' '.join(str(error).split()) or type(error).__name__}. Offline, put the four original files "
-                f"({', '.join(name for name, _ in dataset.resources)}) in that folder, or pass --data.data_dir a "
-                f"folder holding {dataset.__name__}/raw/ with them.",
+                f"{' '.join(str(error).split()) or type(error).__name__}. {fix}.",
                 exit_code=1,
             ) from error
         images, labels = parsed.data, parsed.targets

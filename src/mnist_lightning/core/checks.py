@@ -2,6 +2,7 @@
 
 import difflib
 import operator
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -98,7 +99,7 @@ def check_ranges(config: Namespace) -> None:
                 "number of batches (a whole number, 0 or more)."
             )
     interval = config.get("val_check_interval")
-    if interval is not None and not isinstance(interval, bool) and interval <= 0:
+    if isinstance(interval, int | float) and not isinstance(interval, bool) and not interval > 0:  # nan too
         raise UserError(
             f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
             "1.0), or a number of training batches (1 or more)."
@@ -219,4 +220,13 @@ def refuse_empty_training(config: Namespace) -> None:
         raise UserError(
             f"{' and '.join(zero)} trains nothing, so there would be no trained model to test. Give it a positive "
             "value (or leave it out for the default); to test a model you have, use scripts/evaluate.py."
+        )
+
+
+def check_launched(num_nodes: int) -> None:
+    """A multi-node run alone on a machine would wait for the other nodes forever, deaf to Ctrl-C."""
+    if (num_nodes or 1) > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
+        raise UserError(
+            f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun (see the "
+            "README's multi-node section); started alone, this process would wait for the others forever."
         )

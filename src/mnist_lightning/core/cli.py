@@ -49,6 +49,7 @@ from .checks import (
     ModelSettingError,
     NetworkMismatchError,
     check_config_file,
+    check_launched,
     check_monitors,
     check_ranges,
     data_sizes,
@@ -160,6 +161,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         config = None if record else parser.parse_args(argv)
         record = record or resume_record(config.output_dir, config.ckpt_path)
         if record:
+            check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
             config = parser.parse_args(["--config", record, *argv])
             refuse_changes(parser.parse_args(["--config", record]), config)
     except ArgumentError as error:
@@ -255,10 +257,13 @@ def explain(error: ArgumentError | str) -> str:
     ):
         why = unbuilt[1]
         return f"{flag} {value} cannot be built: {why}. {takes} class Python can import{EXAMPLES.get(flag, '')}."
-    if bound := re.search(r"Not of type \w+: (\S+) does not conform to restriction (.*)", problem):  # typed ranges
+    # jsonargparse's restricted types (PositiveInt, ClosedUnitInterval, ...), alone or in a union with None
+    if bound := re.search(r"Not of type \w+: (?:(\S+) )?does not conform to restriction (v\S+(?: and v\S+)?)", problem):
         words = {"v>=": "at least ", "v<=": "at most ", "v>": "above ", "v<": "below "}
         rule = re.sub(r"v[<>]=?", lambda sign: words[sign[0]], bound[2])
-        return f"{flag} {bound[1]} is out of range: it must be {rule}."
+        return f"{flag} {bound[1] or value} is out of range: it must be {rule}."
+    if number := re.search(r"Not of type \w*?(Int|Float|Interval)\b: (?:invalid literal|could not convert)", problem):
+        return f"{flag} {value} is not {'a whole number' if number[1] == 'Int' else 'a number'}."
     if choices := re.fullmatch(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
         return f"{flag} {choices[2]} is not one of the choices: {choices[1].replace(chr(39), '')}."
     kinds = []
@@ -271,7 +276,7 @@ def explain(error: ArgumentError | str) -> str:
             kinds.append(KINDS[name])
     kinds += [
         f"the class path of a {cls} (with its arguments as {flag}.NAME VALUE)"
-        for cls in re.findall(r"Subtypes: \[.*?<class '[\w.]*\.(\w+)'>", problem)
+        for cls in re.findall(r"Subtypes: \[.*?<class '(?!jsonargparse)[\w.]*\.(\w+)'>", problem)
     ]
     if "float" in problem and re.fullmatch(r"[+-]?(inf|nan|infinity)", value, flags=re.IGNORECASE):
         return f"{flag} {value} is not a finite number."  # jsonargparse takes finite numbers only
@@ -340,6 +345,7 @@ def build_training(config: Namespace) -> Training:
     Everything that can be wrong is checked before Lightning's banners print; a new run that fails before its
     first checkpoint leaves no folder behind (:func:`mnist_lightning.core.train.main` discards it)."""
     check_accelerator(config.accelerator, config.devices)
+    check_launched(config.num_nodes)
     refuse_empty_training(config)
     weights = start_weights(config)
     if weights:
@@ -365,7 +371,10 @@ def build_training(config: Namespace) -> Training:
             # kept here would stop every later resume at once (Lightning's Timer counts the whole run's time).
             record = config.clone()
             record.output_dir, record.max_time, record.ckpt_path = None, None, weights
-            build_parser().save(record, run_dir / RUN_RECORD, skip_none=False, overwrite=True, multifile=False)
+            try:
+                build_parser().save(record, run_dir / RUN_RECORD, skip_none=False, overwrite=True, multifile=False)
+            except OSError as error:  # a full disk, say
+                raise WriteError(run_dir / RUN_RECORD, error) from error
     except BaseException:
         if not resuming and rank_zero_only.rank == 0:
             discard_new_run(run_dir)
@@ -498,7 +507,9 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
             "of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
         )
     elif resuming:
-        refuse_finished_run(run_dir, completed_epochs(read_checkpoint(last)), config.max_epochs)
+        contents = read_checkpoint(last)
+        check_record(run_dir, contents, config)
+        refuse_finished_run(run_dir, completed_epochs(contents), config.max_epochs)
     else:
         try:
             run_dir = new_run_dir(config.output_dir)
@@ -508,6 +519,34 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
             raise
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     return run_dir, resuming
+
+
+def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
+    """A resumed run's record (config.yaml, which can be lost or edited) must say what its checkpoint was trained
+    with: else the finished run would be a mix of two configurations, or the weights would not fit the network."""
+    if not (run_dir / RUN_RECORD).is_file():
+        raise UserError(
+            f"{run_dir} has a checkpoint but no {RUN_RECORD}, which says how the run was configured, so it cannot be "
+            f"resumed as it was. Restore {RUN_RECORD} (from a backup or a copy of the run), or start a new run."
+        )
+    settings, model, data = config.as_dict(), contents["hyper_parameters"], contents["datamodule_hyper_parameters"]
+    trained = {name: value for name, value in model.items() if name in settings and name != "net"}
+    trained |= {"net": model.get("net"), "data": data.get("_class_path"), "batch_size": data.get("batch_size")}
+    trained |= {f"data.{name}": value for name, value in data.items() if not name.startswith("_")}
+    given = {name: settings.get(name) for name in trained} | {"data": settings["data"]["class_path"]}
+    given |= {f"data.{name}": value for name, value in settings["data"].get("init_args", {}).items()}
+    given["net"] = settings["net"] if isinstance(settings["net"], dict) else network_path(config.net)
+    differ = [
+        f"{name}: {given.get(name)!r} in the record, {value!r} in the checkpoint"
+        for name, value in trained.items()
+        if f"data.init_args.{name.removeprefix('data.')}" not in RESUMABLE_CHANGES and given.get(name) != value
+    ]
+    if differ:
+        raise UserError(
+            f"{run_dir / RUN_RECORD} does not say what {run_dir / 'checkpoints' / 'last.ckpt'} was trained with "
+            f"({'; '.join(differ)}): it was edited after the run started. Restore the values the run was trained "
+            "with, or start a new run with the new ones."
+        )
 
 
 def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:

@@ -25,7 +25,7 @@ def check_accelerator(accelerator: str, devices: object = 1) -> None:
     cuda, mps, gpus = torch.cuda.is_available(), torch.backends.mps.is_available(), torch.cuda.device_count()
     if (accelerator == "cpu" or (accelerator == "auto" and not cuda and not mps)) and wanted > (cores or 1):
         raise UserError(
-            f"--devices {wanted} on the CPU starts {wanted} training processes, but this machine has {cores} cores. "
+            f"--devices {wanted} on the CPU starts {wanted} processes, but this machine has {cores} cores. "
             f"Use --devices {cores} or fewer."
         )
     if accelerator in ("gpu", "cuda") and cuda and wanted > gpus:

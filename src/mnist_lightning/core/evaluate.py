@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule, Trainer
 
 from ..lightning_module import Classifier
@@ -21,7 +22,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
-    parser.add_argument("--batch_size", type=int | None, default=None, help="Default: the training run's.")
+    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="Default: the training run's.")
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
@@ -48,7 +49,7 @@ def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, 
     check_accelerator(config.accelerator, config.devices)
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
     overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
-    overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
+    overrides |= {"batch_size": int(config.batch_size)} if config.batch_size is not None else {}
     checkpoint = load_checkpoint(config.ckpt_path, **overrides)
     checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     options = {"logger": False, "enable_checkpointing": False, "default_root_dir": new_run_dir(config.output_dir)}

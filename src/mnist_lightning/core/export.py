@@ -12,7 +12,7 @@ from jsonargparse import ArgumentParser, Namespace
 from .checkpoints import CheckpointError, load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .errors import UserError, run_main
-from .records import discard_new_run, lock, write_json
+from .records import RUN_RECORD, discard_new_run, lock, write_json
 
 
 def build_parser() -> ArgumentParser:
@@ -27,6 +27,9 @@ def export(config: Namespace) -> dict[str, Path]:
     if "onnx" in config.formats and not all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript")):
         raise UserError('ONNX export needs the onnx extra: pip install -e ".[onnx]" (or pass --formats pt2).')
     output_dir = Path(config.output_dir or Path(config.ckpt_path).resolve().parent / "exports")
+    run_dir = Path(config.ckpt_path).resolve().parent.parent  # <run>/checkpoints/x.ckpt
+    if output_dir.resolve().is_relative_to(run_dir) and (run_dir / RUN_RECORD).is_file():
+        lock(run_dir)  # exports into a run's folder: not while the run itself is writing it
     new = not output_dir.exists()
     lock(output_dir)  # before any work: a folder that cannot be written, or one another export is writing
     try:

@@ -91,9 +91,10 @@ def release(folder: Path | None = None) -> None:
 
 
 def discard_new_run(folder: Path) -> None:
-    """Remove the folder of a new run that failed before its first checkpoint: no half-made run is left."""
+    """Remove the folder of a new run that failed before its resume point (last.ckpt): no half-made run is left,
+    and the same command can start it again."""
     release(folder)
-    if not list(folder.glob("checkpoints/*.ckpt")):
+    if not (folder / "checkpoints" / "last.ckpt").is_file():
         shutil.rmtree(folder, ignore_errors=True)
 
 

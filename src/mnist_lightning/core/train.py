@@ -118,7 +118,8 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
     shown = [path for path in sorted(run_dir.iterdir()) if path not in plots and not path.name.startswith(".")]
     contents = ", ".join(path.name + "/" * path.is_dir() for path in shown)
     print(
-        f"\n{tested} after {metrics['epochs']} epochs, fit in {metrics['fit_seconds']:.1f} s on "
+        f"\n{tested} after {metrics['epochs']} epoch{'s' * (metrics['epochs'] != 1)}, fit in "
+        f"{metrics['fit_seconds']:.1f} s on "
         f"{metrics['devices']} x {metrics['accelerator']} ({metrics['precision']} precision).\n"
         f"Run folder: {run_dir}  ({contents})"
     )
