@@ -120,3 +120,19 @@ def test_a_second_export_says_what_it_replaced(fake_ckpt, tmp_path, capsys):
     assert export.main(flags) == 0 and "replaced" not in capsys.readouterr().out
     assert export.main(flags) == 0
     assert "model.pt2 (replaced the earlier one)" in capsys.readouterr().out
+
+
+def test_an_export_stopped_midway_leaves_the_earlier_export_whole(fake_ckpt, tmp_path, monkeypatch, capsys):
+    """Ctrl-C (or kill) while exporting: the folder keeps the earlier export as it was, no half file, no mix."""
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "exports"), "--formats", "pt2"]
+    assert export.main(flags) == 0
+    files = {path.name: path.read_bytes() for path in (tmp_path / "exports").iterdir() if path.name[0] != "."}
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt  # after model.pt2 is written, before it is moved in
+
+    monkeypatch.setattr(export, "write_json", stopped)
+    assert export.main(flags) == 130
+    left = sorted((tmp_path / "exports").iterdir())
+    assert {path.name: path.read_bytes() for path in left if path.name[0] != "."} == files
+    assert [path.name for path in left if path.name[0] == "."] == [".lock"]  # no staging folder left behind

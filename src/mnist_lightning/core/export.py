@@ -3,6 +3,8 @@ Both take a batch of model inputs (float32, any batch size) and return class sco
 ``preprocessing.json`` says so, with the data module's recipe for inputs where it has one (``preprocessing()``)."""
 
 import importlib.util
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -45,17 +47,27 @@ def export(config: Namespace) -> dict[str, Path]:
     earlier = {path for path in paths.values() if path.exists()}
     example = (torch.zeros(2, *shape),)
     dynamic = ({0: torch.export.Dim("batch")},)  # by position: a network's forward may name its input anything
-    if "pt2" in paths:
-        torch.export.save(torch.export.export(net, example, dynamic_shapes=dynamic), paths["pt2"])
-    if "onnx" in paths:
-        # verbose=False: without it torch prints each step of the conversion; the command reports what it wrote.
-        options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False, "verbose": False}
-        torch.onnx.export(net, example, paths["onnx"], dynamo=True, dynamic_shapes=dynamic, **options)
-    spec = {
-        "input": {"name": "images", "dtype": "float32", "shape": ["batch", *shape]},
-        "output": {"name": "logits", "dtype": "float32", "shape": ["batch", classes], "meaning": "class scores"},
-    }
-    write_json(paths["preprocessing"], spec | getattr(checkpoint.datamodule, "preprocessing", dict)())
+    # Written whole into a staging folder, then moved in: a stop or a failure leaves the earlier export as it was,
+    # never half a file, nor a new model beside an earlier model's preprocessing.json.
+    staging = output_dir / ".export-partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        if "pt2" in paths:
+            torch.export.save(torch.export.export(net, example, dynamic_shapes=dynamic), staging / "model.pt2")
+        if "onnx" in paths:
+            # verbose=False: without it torch prints each step of the conversion; the command reports what it wrote.
+            options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False, "verbose": False}
+            torch.onnx.export(net, example, staging / "model.onnx", dynamo=True, dynamic_shapes=dynamic, **options)
+        spec = {
+            "input": {"name": "images", "dtype": "float32", "shape": ["batch", *shape]},
+            "output": {"name": "logits", "dtype": "float32", "shape": ["batch", classes], "meaning": "class scores"},
+        }
+        write_json(staging / "preprocessing.json", spec | getattr(checkpoint.datamodule, "preprocessing", dict)())
+        for path in paths.values():
+            os.replace(staging / path.name, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     for name, path in paths.items():
         print(f"{name}: {path}" + (" (replaced the earlier one)" if path in earlier else ""))
     return paths
