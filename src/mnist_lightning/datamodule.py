@@ -64,4 +64,6 @@ class MNISTDataModule(InMemoryDataModule):
             train, test = (Samples(normalize(x, self.mean, self.std), y) for x, y in read_mnist(self))
             generator = torch.Generator().manual_seed(self.hparams.split_seed)  # not --seed: the split never moves
             val, train = random_split(train, [self.hparams.val_size, len(train) - self.hparams.val_size], generator)
-            self.datasets = {"train": train, "val": val, "test": test}
+            # Copied out of the Subsets: a Subset maps each batch's indices one by one in Python.
+            self.datasets = {"train": Samples(*train.dataset[train.indices]), "val": Samples(*val.dataset[val.indices])}
+            self.datasets["test"] = test
