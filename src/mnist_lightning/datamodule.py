@@ -4,7 +4,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import torch
-from torch.utils.data import random_split
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
 from .core.checks import check_hyperparameters
@@ -62,8 +61,6 @@ class MNISTDataModule(InMemoryDataModule):
     def setup(self, stage: str | None = None) -> None:
         if not self.datasets:  # the same for every stage
             train, test = (Samples(normalize(x, self.mean, self.std), y) for x, y in read_mnist(self))
-            generator = torch.Generator().manual_seed(self.hparams.split_seed)  # not --seed: the split never moves
-            val, train = random_split(train, [self.hparams.val_size, len(train) - self.hparams.val_size], generator)
-            # Copied out of the Subsets: a Subset maps each batch's indices one by one in Python.
-            self.datasets = {"train": Samples(*train.dataset[train.indices]), "val": Samples(*val.dataset[val.indices])}
-            self.datasets["test"] = test
+            order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.hparams.split_seed))
+            val, train_part = order[: self.hparams.val_size], order[self.hparams.val_size :]  # not --seed: fixed split
+            self.datasets = {"train": Samples(*train[train_part]), "val": Samples(*train[val]), "test": test}
