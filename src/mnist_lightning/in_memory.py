@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
@@ -45,7 +46,7 @@ class Samples(TensorDataset):
     Python call per sample; its batches come stacked (its DataLoader takes ``collate_fn=tuple``)."""
 
     def __getitems__(self, indices: list[int]) -> tuple[Tensor, ...]:
-        index = torch.tensor(indices)
+        index = torch.from_numpy(np.fromiter(indices, np.int64, len(indices)))  # torch.tensor(list) is slower
         return tuple(tensor.index_select(0, index) for tensor in self.tensors)
 
 
