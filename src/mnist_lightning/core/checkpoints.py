@@ -16,12 +16,10 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..lightning_module import Classifier
 from .errors import UserError
+from .messages import first_line
 from .records import replaced
 
 RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")
-# What jsonargparse writes around an error's reason: the types it tried, the values it was given.
-NOISE = ("Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Problem with given class_path")
-NOISE += ("Expected a <class 'NoneType'>",)
 
 
 class CheckpointError(Exception):
@@ -58,16 +56,6 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
-
-
-def first_line(error: BaseException) -> str:
-    """What an error says is wrong, in a line: its first, or jsonargparse's reason without its lists of types."""
-    text = str(error)
-    lines = (line.strip().removeprefix("- ") for line in text.splitlines())
-    reason = next((line for line in lines if line and not line.startswith(NOISE)), type(error).__name__)
-    reason = re.sub(r".*callable class: |\. Got value: .*", "", reason).rstrip(".")  # a network's import error
-    keys = re.findall(r'Parser key "([^"]+)":', text)
-    return f"{keys[-1]}: {reason}" if len(keys) > 1 else reason
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

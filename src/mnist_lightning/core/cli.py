@@ -35,12 +35,10 @@ from ..lightning_module import Classifier
 from ..model import MATMUL_HELP
 from .callbacks import DivergedError, EpochHistory, EpochTimer, progress_display
 from .checkpoints import (
-    NOISE,
     AtomicCheckpointIO,
     CheckpointError,
     best_checkpoint,
     completed_epochs,
-    first_line,
     last_checkpoint,
     load_weights,
     read_checkpoint,
@@ -57,6 +55,7 @@ from .checks import (
 )
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
+from .messages import NETWORK_RULE, NOISE, explain, first_line
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
@@ -218,97 +217,6 @@ def more_help(parser: ArgumentParser) -> str:
     return f"Run `python scripts/{parser.prog} --help` for every option and its type."
 
 
-KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a text"}
-EXAMPLES = {
-    "--net": " (e.g. mnist_lightning.model.SimpleNN) whose first two arguments are the shape of one sample and the "
-    "number of classes",
-    "--data": f" (e.g. {DATA_MODULE})",
-}
-
-
-def explain(error: ArgumentError | str) -> str:
-    """jsonargparse's message about one option (which lists every type it tried, nested for class paths) as one
-    sentence about the flag a user typed."""
-    text = " ".join(str(error).split())
-    # jsonargparse before 4.46 appends the raw value as its internal type to a nested option's message.
-    text = re.sub(
-        r" Given value type: <class 'jsonargparse\._util\.NestedArg'> Given value: NestedArg\(.*?\)", "", text
-    )
-    if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):  # argparse's prefix matching
-        options = [option for option in ambiguous[2].split(", ") if not option.endswith((".help", "+"))]
-        return f"{ambiguous[1]} is not an option; did you mean {either(options)}?"
-    if not (match := re.match(r'Parser key "([^"]+)": (.*)', text)):
-        return text.rstrip(".") + "."
-    flag, problem = f"--{match[1]}", match[2]
-    # An argument of a class given by class path (--data.val_size, --net.width): its message nests in the class's.
-    owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
-    if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)(?: - Expected a <class .NoneType.>.*)?$', problem):
-        return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
-    given = re.search(r"(?:Given|Got) value: (\S+)$", problem)
-    value = given[1] if given else ""
-    path = re.search(r"class_path[ =]'([^']+)'", problem)
-    if (option := re.search(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)", problem)) and path:
-        return not_an_argument(flag, option[1], path[1])
-    takes = f"{flag} takes the class path of a"
-    if subclass := re.search(r"does not correspond to a subclass of (\w+)", problem):
-        return f"{flag} {value} is not a {subclass[1]}. {takes} {subclass[1]}{EXAMPLES.get(flag, '')}."
-    if unbuilt := re.search(
-        r"(?:callable class|class_path '[^']+'): (.*?)\.? (?:- Expected a|Got value|Given value)", problem
-    ):
-        why = unbuilt[1]
-        return f"{flag} {value} cannot be built: {why}. {takes} class Python can import{EXAMPLES.get(flag, '')}."
-    # jsonargparse's restricted types (PositiveInt, ClosedUnitInterval, ...), alone or in a union with None
-    if bound := re.search(r"Not of type \w+: (?:(\S+) )?does not conform to restriction (v\S+(?: and v\S+)?)", problem):
-        words = {"v>=": "at least ", "v<=": "at most ", "v>": "above ", "v<": "below "}
-        rule = re.sub(r"v[<>]=?", lambda sign: words[sign[0]], bound[2])
-        return f"{flag} {bound[1] or value} is out of range: it must be {rule}."
-    if number := re.search(r"Not of type \w*?(Int|Float|Interval)\b: (?:invalid literal|could not convert)", problem):
-        return f"{flag} {value} is not {'a whole number' if number[1] == 'Int' else 'a number'}."
-    if choices := re.fullmatch(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
-        return f"{flag} {choices[2]} is not one of the choices: {choices[1].replace(chr(39), '')}."
-    kinds = []
-    for expected in re.findall(r"Expected a (typing\.Literal\[.*?\]|<class '[\w.]+'>|<class 'list'>)", problem):
-        if literal := re.match(r"typing\.Literal\[(.*)\]", expected):
-            kinds += [choice.strip(" '") for choice in literal[1].split(",")]
-        elif (name := expected[8:-2]) == "bool":
-            kinds += ["true", "false"]
-        elif name in KINDS:
-            kinds.append(KINDS[name])
-    kinds += [
-        f"the class path of a {cls} (with its arguments as {flag}.NAME VALUE)"
-        for cls in re.findall(r"Subtypes: \[.*?<class '(?!jsonargparse)[\w.]*\.(\w+)'>", problem)
-    ]
-    if "float" in problem and re.fullmatch(r"[+-]?(inf|nan|infinity)", value, flags=re.IGNORECASE):
-        return f"{flag} {value} is not a finite number."  # jsonargparse takes finite numbers only
-    if kinds:
-        return f"{flag} {value} is not {either(list(dict.fromkeys(kinds)))}."
-    return f"{flag}: {problem.rstrip('.')}."
-
-
-def either(items: list[str]) -> str:
-    return ", ".join(items[:-1]) + " or " * (len(items) > 1) + items[-1]
-
-
-def not_an_argument(flag: str, name: str, class_path: str) -> str:
-    """``--net.NAME`` or ``--data.NAME`` that the class does not take: what it does take."""
-    try:
-        module, _, attribute = class_path.rpartition(".")
-        parameters = inspect.signature(getattr(importlib.import_module(module), attribute)).parameters.values()
-    except Exception:  # not importable or not inspectable here: jsonargparse's own words
-        return f"{flag}.{name} is not an argument of {class_path}."
-    named = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    sizes = named[:2] if flag == "--net" else []  # what the data module gives every network
-    if name in sizes:
-        return (
-            f"{flag}.{name} is not an option: the first two arguments of {class_path} ({', '.join(sizes)}) are "
-            f"given by the data module (--data). {NETWORK_RULE[0].upper()}{NETWORK_RULE[1:]}; its other arguments "
-            f"are {flag}.NAME VALUE."
-        )
-    options = [f"{flag}.{option}" for option in named if option not in sizes and option != "batch_size"]
-    takes = f"it takes {', '.join(options)}" if options else "it takes no other arguments"
-    return f"{flag}.{name} is not an argument of {class_path}: {takes}."
-
-
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
     # data.init_args.batch_size is --batch_size, linked: a change is listed once, as --batch_size.
     ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.init_args.batch_size"}
@@ -384,10 +292,6 @@ def build_training(config: Namespace) -> Training:
     )
 
 
-NETWORK_RULE = (
-    "a network of this template takes the shape of one sample and the number of classes as its first two arguments "
-    "and gives one score per class for each sample, e.g. MyNet(input_shape, num_classes, width=64)"
-)
 CLASS_OPTIONS = ("net", "data", "callbacks", "logger", "plugins")  # options that take a class path and arguments
 INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"  # how load_from_checkpoint rebuilds a class path
 

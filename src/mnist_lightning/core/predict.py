@@ -14,10 +14,11 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt
 from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
-from .checkpoints import first_line, load_checkpoint
+from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .devices import check_accelerator
 from .errors import NothingToPredict, UserError, WriteError, run_main
+from .messages import first_line
 from .records import write_json
 
 
