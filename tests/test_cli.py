@@ -1,6 +1,7 @@
 """scripts/train.py's command line (cli.py): flags, config files, the run record, --help and clear errors."""
 
 import inspect
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -121,6 +122,25 @@ def test_help_is_readable_and_shows_the_true_defaults(capsys):
     for flag in ("--data.dataset", "--data.val_size", "--data.data_dir", "--data.num_workers"):
         assert flag in page
     assert "``" not in page and ":class:" not in page
+
+
+@pytest.mark.parametrize("entry", ["evaluate", "predict", "export"])
+def test_every_option_of_the_other_entry_points_is_described_in_their_help(capsys, entry):
+    from importlib import import_module
+
+    with pytest.raises(SystemExit):
+        import_module(f"mnist_lightning.core.{entry}").build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out.split("options:")[1]
+    blocks = [re.sub(r"^(\S+)( [A-Z_]+)?", r"--\1", block.strip()) for block in out.split("\n  --")[1:]]
+    undescribed = [block.split()[0] for block in blocks if block.split(maxsplit=1)[1].startswith("(type:")]
+    assert not undescribed, undescribed
+
+
+def test_a_synonym_of_an_option_on_the_command_line_names_the_option(capsys):
+    assert main(["--learning_rate", "0.1"]) == 2
+    assert "--learning_rate" in (err := one_line(capsys.readouterr().err)) and "did you mean --lr?" in err
+    assert main(["--max_epohcs", "3"]) == 2
+    assert "did you mean --max_epochs?" in one_line(capsys.readouterr().err)
 
 
 def test_a_bad_flag_is_one_paragraph_without_a_usage_dump(capsys):

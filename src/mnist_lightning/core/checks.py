@@ -16,6 +16,7 @@ from lightning.pytorch.core.mixins import HyperparametersMixin
 from torch import Tensor, nn
 
 from .errors import UserError
+from .messages import closest
 
 BOUNDS = {">": ("above", operator.gt), ">=": ("at least", operator.ge), "<=": ("at most", operator.le)}
 
@@ -143,9 +144,6 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-SYNONYMS = {"learning_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs", "gpus": "devices"}
-
-
 def check_config_file(path: Path, options: set[str]) -> None:
     """Read a config file before the parser does, so that each mistake in it is named with the file and line
     (jsonargparse says "<unicode string>" instead, and only "Unexpected config" for an empty file)."""
@@ -176,10 +174,7 @@ def check_config_file(path: Path, options: set[str]) -> None:
             f"every option at the top level (max_epochs: 20, lr: 0.01), the data module under data:. {example}."
         )
     if unknown:
-        close = {
-            key: SYNONYMS.get(key) or next(iter(difflib.get_close_matches(key, options, 1)), None) for key in unknown
-        }
-        guesses = [f"{key} (did you mean {close[key]}?)" if close[key] else key for key in unknown]
+        guesses = [f"{key} (did you mean {close}?)" if (close := closest(key, options)) else key for key in unknown]
         raise UserError(f"The config file {path} sets options that do not exist: {', '.join(guesses)}; {example}.")
 
 

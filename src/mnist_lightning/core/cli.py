@@ -55,7 +55,7 @@ from .checks import (
 )
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
-from .messages import NETWORK_RULE, NOISE, explain, first_line
+from .messages import NETWORK_RULE, NOISE, closest, explain, first_line
 from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
@@ -164,7 +164,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
             config = parser.parse_args(["--config", record, *argv])
             refuse_changes(parser.parse_args(["--config", record]), config)
     except ArgumentError as error:
-        raise UserError(f"{explain(error)} {more_help(parser)}") from error
+        raise parse_error(error, parser) from error
     check_ranges(config)
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
@@ -210,11 +210,16 @@ def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) ->
     try:
         return parser.parse_args(argv)
     except ArgumentError as error:
-        raise UserError(f"{explain(error)} {more_help(parser)}") from error
+        raise parse_error(error, parser) from error
 
 
-def more_help(parser: ArgumentParser) -> str:
-    return f"Run `python scripts/{parser.prog} --help` for every option and its type."
+def parse_error(error: ArgumentError, parser: ArgumentParser) -> UserError:
+    """jsonargparse's error as one paragraph: the flag and what is wrong, the option meant, where the help is."""
+    message = explain(error)
+    unknown = re.match(r"unrecognized arguments: --([\w.]+)", message)
+    if unknown and (guess := closest(unknown[1], {action.dest for action in parser._actions})):
+        message = f"{message.rstrip('.')} (did you mean --{guess}?)."
+    return UserError(f"{message} Run `python scripts/{parser.prog} --help` for every option and its type.")
 
 
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:

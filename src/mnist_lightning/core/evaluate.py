@@ -22,11 +22,11 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
-    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="Default: the training run's.")
+    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="Unset: the training run's.")
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
-    parser.add_argument("--output_dir", type=str | None, default=None, help="Default: a new folder in runs/.")
+    parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: a new folder in runs/.")
     return parser
 
 

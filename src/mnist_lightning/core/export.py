@@ -20,7 +20,7 @@ from .records import RUN_RECORD, discard_new_run, lock, write_json
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="export.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
-    parser.add_argument("--output_dir", type=str | None, default=None, help="Default: exports/ beside the .ckpt.")
+    parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: exports/ beside the .ckpt.")
     parser.add_argument("--formats", nargs="+", choices=("pt2", "onnx"), default=["pt2", "onnx"], help="Which ones.")
     return parser
 

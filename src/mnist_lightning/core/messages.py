@@ -1,6 +1,7 @@
 """jsonargparse's and other libraries' messages read as one sentence about what the user typed: the one place that
 knows their wording (jsonargparse lists every type it tried, nested for class paths)."""
 
+import difflib
 import importlib
 import inspect
 import re
@@ -33,6 +34,12 @@ EXAMPLES = {
     "number of classes",
     "--data": " (e.g. mnist_lightning.datamodule.MNISTDataModule)",
 }
+SYNONYMS = {"learning_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs", "gpus": "devices"}
+
+
+def closest(name: str, options: set[str]) -> str | None:
+    """The option a user probably meant by ``name``: its usual other name, or the most similar spelling."""
+    return SYNONYMS.get(name) or next(iter(difflib.get_close_matches(name, sorted(options), 1)), None)
 
 
 def explain(error: ArgumentError | str) -> str:
