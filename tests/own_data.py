@@ -57,6 +57,12 @@ class Points(LightningDataModule):
         return DataLoader(self.sets["predict"], batch_size=self.batch_size)
 
 
+class TrainOnly(Points):
+    """Points written for training only, as many a data module is: no predict_dataloader, no read_file."""
+
+    predict_dataloader = LightningDataModule.predict_dataloader  # Lightning's own, which only refuses
+
+
 def colour_images(labels: Tensor, generator: torch.Generator) -> Tensor:
     """Noisy 3x32x32 images: class 0 red, 1 green, 2 blue, 3 white stripes on black."""
     images = 0.3 * torch.rand(len(labels), 3, 32, 32, generator=generator)

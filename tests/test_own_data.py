@@ -243,6 +243,17 @@ def test_predict_on_files_is_refused_for_a_data_module_without_read_file(run, tm
     assert "without inputs" in message
 
 
+def test_predict_without_inputs_on_a_data_module_without_a_predict_set_says_what_to_add(tmp_path, capsys):
+    run = tmp_path / "run"
+    flags = ["--data", "own_data.TrainOnly", "--batch_size", "64", "--max_epochs", "1", "--output_dir", str(run)]
+    assert train_main([*flags, *QUIET]) == 0
+    capsys.readouterr()
+    assert predict_main(["--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 2
+    message = one_paragraph(capsys.readouterr().err)
+    assert "TrainOnly, the data module the model was trained with, has no predict_dataloader" in message
+    assert "Define predict_dataloader() in TrainOnly" in message and "give it a read_file(path)" in message
+
+
 @pytest.mark.slow
 def test_export_gives_the_checkpoints_scores_for_the_datas_input_shape(run, tmp_path):
     case, exports = run.case, tmp_path / "exports"

@@ -84,6 +84,19 @@ def test_a_longer_max_epochs_extends_the_cosine_schedule(finished, tmp_path, rec
     assert values == sorted(values, reverse=True) and values[0] <= 0.02 * (1 + math.cos(math.pi * 0.5)) / 2 + 1e-9
 
 
+def test_a_record_given_after_the_resume_flags_resumes_the_run(finished, tmp_path, monkeypatch):
+    """A config file after --output_dir R --ckpt_path last, e.g. another run's record (output_dir and ckpt_path
+    null there): the flags still say which run to resume, wherever the file comes."""
+    monkeypatch.chdir(tmp_path)  # where a new run would go (runs/)
+    run, record = tmp_path / "run", tmp_path / "other" / "config.yaml"
+    shutil.copytree(finished, run)
+    record.parent.mkdir()
+    shutil.copy(finished / "config.yaml", record)
+    assert resume(run, "--config", str(record), "--max_epochs", "3") == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert [row["epoch"] for row in metrics["history"]] == [0, 1, 2] and not (tmp_path / "runs").exists()
+
+
 def test_fewer_epochs_than_done_is_refused(finished, capsys):
     assert resume(finished, "--max_epochs", "1") == 2
     assert "has already trained 2 epochs" in one_line(capsys.readouterr().err)
@@ -192,6 +205,7 @@ def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option
     [
         ("deleted", "has a checkpoint but no config.yaml"),
         ("batch_size", "batch_size: 64 in the record, 100 in the checkpoint"),
+        ("seed", "seed: 7 in the record, 42 in the checkpoint"),
         ("net", "it was edited after the run started"),
         ("unclosed", "config.yaml, line"),
     ],
@@ -209,6 +223,8 @@ def test_a_resume_refuses_a_record_that_no_longer_says_how_the_run_was_trained(
         record.unlink()
     elif damage == "batch_size":
         record.write_text(text.replace("batch_size: 100", "batch_size: 64"))
+    elif damage == "seed":
+        record.write_text(text.replace("seed: 42", "seed: 7"))
     elif damage == "net":
         record.write_text(text.replace("mnist_lightning.model.SimpleNN", "helpers.SmallCNN"))
     else:

@@ -60,9 +60,20 @@ def test_a_normal_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_pa
         assert word not in err, err
 
 
-def test_fast_dev_run_without_checkpoints(fake_mnist, tmp_path):
-    metrics = run(fake_mnist, tmp_path / "run", "--fast_dev_run", "true")
+@pytest.mark.parametrize("batches", ["true", "3"])
+def test_fast_dev_run_is_reported_as_a_smoke_test(fake_mnist, tmp_path, capsys, batches):
+    """A few batches of each stage and no checkpoint: the summary must not give their accuracy as the model's."""
+    run = tmp_path / "run"
+    assert (
+        main(["--data.data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN, "--fast_dev_run", batches]) == 0
+    )
+    out = one_line(capsys.readouterr().out)
+    count = 1 if batches == "true" else 3
+    assert f"Smoke test passed (--fast_dev_run): {count} batch" in out and "Test accuracy" not in out, out
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert next(iter(metrics)) == "fast_dev_run" and metrics["fast_dev_run"] == count  # said first, in the record
     assert metrics["best_checkpoint"] is None and 0 <= metrics["test/acc"] <= 1
+    assert not list(run.glob("**/*.ckpt")) and not list(run.glob("*.png"))  # nothing that looks like a trained model
 
 
 def test_a_used_output_dir_is_refused(fake_mnist, tmp_path, capsys):
@@ -245,7 +256,7 @@ def test_ctrl_c_while_the_plots_are_drawn_says_the_run_is_complete(fake_mnist, t
     run = tmp_path / "run"
     assert main(["--data.data_dir", str(fake_mnist), "--output_dir", str(run), *TINY_RUN]) == 130
     message = one_line(capsys.readouterr().err)
-    assert "Stopped by Ctrl-C: after the run had finished" in message and "Traceback" not in message
+    assert "Stopped by Ctrl-C: the run is complete" in message and "Traceback" not in message
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
     monkeypatch.undo()
     assert mnist_lightning.core.plots.main([str(run)]) == 0  # the command the message gives

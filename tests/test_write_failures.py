@@ -1,6 +1,9 @@
 """A write that fails (a full disk) ends in one message naming the file and the cause; the last good last.ckpt is
 kept, and the resume command printed works once there is room."""
 
+import csv
+import errno
+import json
 import os
 import shutil
 import subprocess
@@ -10,7 +13,10 @@ import pytest
 import torch
 from helpers import TINY_RUN, one_line
 
+from mnist_lightning.core import plots
 from mnist_lightning.core.train import main
+
+FULL = OSError(errno.ENOSPC, "No space left on device")
 
 
 def resume_command(message: str) -> list[str]:
@@ -40,6 +46,61 @@ def test_a_full_disk_while_saving_a_checkpoint(fake_mnist, tmp_path, capsys, mon
     monkeypatch.setattr(torch, "save", real_save)
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
     assert main(resume_command(message)) == 0
+
+
+def test_a_full_disk_while_lightning_writes_the_csv_log(fake_mnist, tmp_path, capsys, monkeypatch):
+    """The disk fills once the first checkpoint is written, as the CSV logger flushes logs/metrics.csv mid-run."""
+    run = tmp_path / "run"
+    real_writerows = csv.DictWriter.writerows
+
+    def writerows(writer, rows):
+        if (run / "checkpoints" / "last.ckpt").is_file():
+            writer.writer.writerow(["half a row"])  # what the disk took
+            raise FULL
+        return real_writerows(writer, rows)
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10", "--quiet", "true"]
+    assert main([*flags, "--output_dir", str(run)]) == 1  # 100 steps an epoch: Lightning flushes every 100
+    message = one_line(capsys.readouterr().err)
+    assert message.startswith("Error: ") and "Traceback" not in message, message
+    assert f"{run / 'logs' / 'metrics.csv'} could not be written: the disk is full" in message
+    assert "last.ckpt holds the epochs finished before" in message
+    assert "half a row" not in (run / "logs" / "metrics.csv").read_text()  # the rows before it are whole
+    monkeypatch.undo()
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+    assert main(resume_command(message)) == 0
+    assert [row["epoch"] for row in json.loads((run / "metrics.json").read_text())["history"]] == [0, 1]
+    # Resumed to train longer, the disk full again: the earlier segment's metrics.json does not make it complete.
+    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
+    assert main([*resume_command(message), "--max_epochs", "3"]) == 1
+    again = one_line(capsys.readouterr().err)
+    assert "last.ckpt holds the epochs finished before. Resume with" in again and "complete" not in again, again
+
+
+def test_a_full_disk_while_the_plots_are_drawn(fake_mnist, tmp_path, capsys, monkeypatch):
+    """metrics.json is written first: the run is complete, and the message says how to draw the plots later."""
+    matplotlib = pytest.importorskip("matplotlib")
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(figure, file, *args, **kwargs):
+        file.write(b"half a picture")
+        raise FULL
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    run = tmp_path / "run"
+    assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(run)]) == 1
+    message = one_line(capsys.readouterr().err)
+    assert f"{run / 'curves.png'} could not be written: the disk is full" in message and "Traceback" not in message
+    assert f"The run is complete, its results are in {run / 'metrics.json'}" in message, message
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not [*run.glob("*.png"), *run.glob(".*partial")]
+    command = message.split("To draw its plots later: python -m mnist_lightning.core.plots ")[1].split()
+    assert plots.main(command) == 1  # the disk still full: a message again
+    assert "could not be written: the disk is full" in one_line(capsys.readouterr().err)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", real_savefig)
+    assert plots.main(command) == 0
+    assert (run / "curves.png").is_file() and (run / "confusion_matrix.png").is_file()
 
 
 @pytest.mark.slow

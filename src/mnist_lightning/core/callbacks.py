@@ -2,6 +2,7 @@
 ``--max_time`` checked per epoch, and the progress display: a bar in a terminal, a line per epoch in a log file."""
 
 import math
+import os
 import sys
 import time
 from functools import partial
@@ -21,8 +22,8 @@ class DivergedError(Exception):
 
 
 class EpochHistory(Callback):
-    """Each epoch's time and metrics, and the whole run's fit time, kept in its checkpoints for a resumed run. A loss
-    that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
+    """Each epoch's time and metrics, and the whole run's fit time and seed, kept in its checkpoints for a resumed
+    run. A loss that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -61,6 +62,10 @@ class EpochHistory(Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.rows, self.fit_seconds_before = list(state_dict["rows"]), float(state_dict.get("fit_seconds", 0.0))
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        # What seed_everything set: a resume checks that its record still says it (it orders the data).
+        checkpoint["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         self.first_step = checkpoint.get("global_step", 0)

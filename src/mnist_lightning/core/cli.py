@@ -27,7 +27,7 @@ from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, Defaul
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
-from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -56,7 +56,7 @@ from .checks import (
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
 from .messages import NETWORK_RULE, NOISE, closest, explain, first_line
-from .records import RUN_RECORD, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
+from .records import RUN_RECORD, CSVLog, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
 # Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
@@ -71,6 +71,7 @@ RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"
 RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read
 RESUMABLE_CHANGES |= {"limit_test_batches"}  # how much of the test set a finished fit is tested on
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
+RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 
 
@@ -103,7 +104,11 @@ def build_parser() -> ArgumentParser:
         description="Train a network with PyTorch Lightning, then test the best checkpoint.",
         exit_on_error=False,
     )
-    parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
+    parser.add_argument(
+        "--config",
+        action=ActionConfigFile,
+        help="A YAML file of options; later flags override it, --output_dir and --ckpt_path wherever they are.",
+    )
     parser.add_argument("--seed", type=int, default=42, help="Seed of model initialization and data order.")
     parser.add_argument(
         "--output_dir", type=str | None, default=None, help="The run folder (default: a new folder under runs/)."
@@ -153,6 +158,9 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     for path in flag_values(argv, "--config"):
         check_config_file(Path(path), options)
     refuse_data_batch_size(argv)
+    # The flags that say which run this is win over any config file, wherever it comes: a record given after
+    # --output_dir R --ckpt_path last (whose output_dir and ckpt_path are null) must not turn the resume into a new run.
+    argv += [arg for flag in RUN_FLAGS if (value := flag_value(argv, flag)) is not None for arg in (flag, value)]
     try:
         # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
         # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
@@ -442,6 +450,7 @@ def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
     trained = {name: value for name, value in model.items() if name in settings and name != "net"}
     trained |= {"net": model.get("net"), "data": data.get("_class_path"), "batch_size": data.get("batch_size")}
     trained |= {f"data.{name}": value for name, value in data.items() if not name.startswith("_")}
+    trained |= {"seed": contents["seed"]} if "seed" in contents else {}  # kept by EpochHistory
     given = {name: settings.get(name) for name in trained} | {"data": settings["data"]["class_path"]}
     given |= {f"data.{name}": value for name, value in settings["data"].get("init_args", {}).items()}
     given["net"] = settings["net"] if isinstance(settings["net"], dict) else network_path(config.net)
@@ -492,7 +501,7 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
     if config.logger in ("csv", None, True):
         # <run_dir>/logs/metrics.csv; a resumed run logs to logs/resume-N/ rather than overwrite it.
         version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
-        return CSVLogger(run_dir, name="logs", version=version)
+        return CSVLog(run_dir, name="logs", version=version)
     if config.logger == "tensorboard":
         if not (importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")):
             raise UserError('--logger tensorboard needs TensorBoard: pip install -e ".[tensorboard]".')

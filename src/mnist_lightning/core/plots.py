@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .errors import UserError, run_main
+from .errors import UserError, WriteError, run_main
+from .records import replaced
 
 
 def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) -> list[Path]:
@@ -33,7 +34,8 @@ def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) 
         figures["confusion_matrix.png"], ax = MulticlassConfusionMatrix(len(confusion)).plot(val=confusion.cpu())
         ax.set_title(f"Test confusion matrix ({100 * float(confusion.trace() / confusion.sum()):.2f} % correct)")
     for name, figure in figures.items():
-        figure.savefig(output_dir / name, dpi=120)
+        with replaced(output_dir / name) as file:  # whole or not at all; a failed write is a WriteError
+            figure.savefig(file, format="png", dpi=120)
         plt.close(figure)
     return [output_dir / name for name in figures]
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in save_plots(metrics["history"], torch.tensor(confusion) if confusion else None, metrics_file.parent):
             print(f"Plot: {path}")
 
-    return run_main(draw)
+    return run_main(draw, (WriteError,))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
 from .checkpoints import load_checkpoint
@@ -79,6 +80,13 @@ def predict(config: Namespace) -> list[dict]:
         raise UserError(
             f"{name}, the data module the model was trained with, cannot read files (it has no read_file method): "
             "run predict.py without inputs to predict its predict_dataloader, or give it a read_file(path)."
+        )
+    if not config.inputs and not is_overridden("predict_dataloader", data, LightningDataModule):
+        files = "pass files that it reads" if hasattr(data, "read_file") else "give it a read_file(path) and pass files"
+        raise UserError(
+            f"{name}, the data module the model was trained with, has no predict_dataloader, so predict.py without "
+            f"inputs has nothing to predict. Define predict_dataloader() in {name} to return the samples to predict, "
+            f"or {files}: python scripts/predict.py FILE_OR_FOLDER ... --ckpt_path {config.ckpt_path}."
         )
     if config.inputs:
         rows, samples = read_files(config.inputs, data)

@@ -9,12 +9,14 @@ import shlex
 import shutil
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 import torch
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 from .errors import WriteError
 
@@ -91,10 +93,10 @@ def release(folder: Path | None = None) -> None:
 
 
 def discard_new_run(folder: Path) -> None:
-    """Remove the folder of a new run that failed before its resume point (last.ckpt): no half-made run is left,
-    and the same command can start it again."""
+    """Remove the folder of a new run that failed before its resume point (last.ckpt) or its results (metrics.json):
+    no half-made run is left, and the same command can start it again."""
     release(folder)
-    if not (folder / "checkpoints" / "last.ckpt").is_file():
+    if not any((folder / name).is_file() for name in ("checkpoints/last.ckpt", "metrics.json")):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -132,3 +134,28 @@ def run_metrics(*, test: dict[str, float], device: torch.device, **settings: Any
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return record | {"num_nodes": 1} | settings | {"peak_host_mb": host, "peak_gpu_mb": gpu}
+
+
+class CSVLog(CSVLogger):
+    """Lightning's CSVLogger (logs/metrics.csv, hparams.yaml), a write that fails (a full disk) a WriteError that
+    names the file. The file is put back as it was (no row cut short is left for a reader to take for a number),
+    and the rows it could not write are dropped: Lightning's clean-up after the error would only retry them."""
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any = None) -> None:
+        try:
+            super().log_hyperparams(params)
+        except OSError as error:
+            raise WriteError(Path(self.log_dir, "hparams.yaml"), error) from error
+
+    @rank_zero_only
+    def save(self) -> None:
+        path = Path(self.experiment.metrics_file_path)
+        before = path.read_bytes() if path.is_file() else None  # Lightning appends, or rewrites it for a new column
+        try:
+            super().save()
+        except OSError as error:
+            self.experiment.metrics.clear()
+            with suppress(OSError):
+                path.unlink() if before is None else path.write_bytes(before)
+            raise WriteError(path, error) from error

@@ -25,7 +25,7 @@ from ..lightning_module import Classifier
 from .callbacks import EpochHistory
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import UserError, WriteError, run_main
-from .records import discard_new_run, run_metrics, write_json
+from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
 
@@ -84,10 +84,12 @@ def train(
     )
     if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
         metrics["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
+    if trainer.fast_dev_run:  # a smoke test, said first: its numbers are of a few batches, not of a trained model
+        metrics = {"fast_dev_run": int(trainer.fast_dev_run)} | metrics
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
         plots = []
-        if importlib.util.find_spec("matplotlib"):
+        if importlib.util.find_spec("matplotlib") and not trainer.fast_dev_run:
             from .plots import save_plots  # matplotlib's import is slow: only runs that plot pay for it
 
             plots = save_plots(epochs, model.test_confusion_matrix, run_dir)
@@ -110,13 +112,20 @@ def lightning_refusals_as_errors() -> Iterator[None]:
 
 
 def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> None:
+    shown = [path for path in sorted(run_dir.iterdir()) if path not in plots and not path.name.startswith(".")]
+    contents = ", ".join(path.name + "/" * path.is_dir() for path in shown)
+    if batches := metrics.get("fast_dev_run"):
+        print(
+            f"\nSmoke test passed (--fast_dev_run): {batches} batch{'es' * (batches > 1)} of training, validation and "
+            "testing ran. No checkpoint was kept, and the accuracy of so few samples says nothing of the model: "
+            f"leave out --fast_dev_run to train it.\nRun folder: {run_dir}  ({contents})"
+        )
+        return
     tested = (
         f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f})"
         if metrics["test/acc"] is not None
         else "Not tested (--limit_test_batches 0)"
     )
-    shown = [path for path in sorted(run_dir.iterdir()) if path not in plots and not path.name.startswith(".")]
-    contents = ", ".join(path.name + "/" * path.is_dir() for path in shown)
     print(
         f"\n{tested} after {metrics['epochs']} epoch{'s' * (metrics['epochs'] != 1)}, fit in "
         f"{metrics['fit_seconds']:.1f} s on "
@@ -192,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
 def where_the_run_stands(training: Training | None) -> str:
     if training is None:
         return "before training started. Run the same command again to start it."
-    if (training.run_dir / "metrics.json").is_file():
+    results, record = training.run_dir / "metrics.json", training.run_dir / RUN_RECORD
+    # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
+    if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
         return (
-            f"after the run had finished: {training.run_dir / 'metrics.json'} holds its results. To draw any plot "
-            f"missing: python -m mnist_lightning.core.plots {training.run_dir}"
+            f"the run is complete, its results are in {training.run_dir / 'metrics.json'}. To draw its plots later: "
+            f"python -m mnist_lightning.core.plots {training.run_dir}"
         )
-    last = training.run_dir / "checkpoints" / "last.ckpt"
+    last = training.run_dir.resolve() / "checkpoints" / "last.ckpt"  # as in the resume command; never capitalized
     if last.is_file():
         return f"{last} holds the epochs finished before. Resume with:\n  {resume_hint(training.run_dir)}"
     return "before the first epoch ended: there is no progress to resume. Run the same command again to start over."
