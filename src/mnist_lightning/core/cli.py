@@ -378,19 +378,23 @@ def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
     return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
 
 
+def class_settings(config: Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's and the data module's settings in ``config``, class paths included, as their checkpoints keep
+    them (:func:`record_classes`) and a resume compares them (:func:`check_record`)."""
+    settings = config.as_dict()
+    model = arguments_of(Classifier, Namespace(settings))
+    if not isinstance(model.get("net"), dict):  # a function that builds the network: kept as its import path
+        model["net"] = network_path(config.net)
+    return model, {**(settings["data"].get("init_args") or {}), "_class_path": settings["data"]["class_path"]}
+
+
 def record_classes(model: Classifier, datamodule: LightningDataModule, config: Namespace) -> None:
     """Keep the model's and the data module's settings, class paths included, as their hyperparameters, the way
     LightningCLI does: a checkpoint then rebuilds any ``--net`` and ``--data`` through ``load_from_checkpoint``
     and Lightning's own ``instantiate_module``, with no pickled code in the file."""
-    settings = config.as_dict()
-    chosen = arguments_of(Classifier, Namespace(settings))
-    if not isinstance(chosen.get("net"), dict):  # a function that builds the network: kept as its import path
-        chosen["net"] = network_path(config.net)
+    chosen, data = class_settings(config)
     model.save_hyperparameters({**model.hparams, **chosen, "_instantiator": INSTANTIATOR})
-    data = settings["data"]
-    datamodule.save_hyperparameters(
-        {**(data.get("init_args") or {}), "_class_path": data["class_path"], "_instantiator": INSTANTIATOR}
-    )
+    datamodule.save_hyperparameters({**data, "_instantiator": INSTANTIATOR})
 
 
 def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
@@ -446,18 +450,13 @@ def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
             f"{run_dir} has a checkpoint but no {RUN_RECORD}, which says how the run was configured, so it cannot be "
             f"resumed as it was. Restore {RUN_RECORD} (from a backup or a copy of the run), or start a new run."
         )
-    settings, model, data = config.as_dict(), contents["hyper_parameters"], contents["datamodule_hyper_parameters"]
-    trained = {name: value for name, value in model.items() if name in settings and name != "net"}
-    trained |= {"net": model.get("net"), "data": data.get("_class_path"), "batch_size": data.get("batch_size")}
-    trained |= {f"data.{name}": value for name, value in data.items() if not name.startswith("_")}
-    trained |= {"seed": contents["seed"]} if "seed" in contents else {}  # kept by EpochHistory
-    given = {name: settings.get(name) for name in trained} | {"data": settings["data"]["class_path"]}
-    given |= {f"data.{name}": value for name, value in settings["data"].get("init_args", {}).items()}
-    given["net"] = settings["net"] if isinstance(settings["net"], dict) else network_path(config.net)
+    given = by_flag(*class_settings(config), config.seed)
+    trained = contents["hyper_parameters"], contents["datamodule_hyper_parameters"]
+    kept = by_flag(*trained, contents.get("seed", config.seed))  # by EpochHistory; not in checkpoints older than it
     differ = [
-        f"{name}: {given.get(name)!r} in the record, {value!r} in the checkpoint"
-        for name, value in trained.items()
-        if f"data.init_args.{name.removeprefix('data.')}" not in RESUMABLE_CHANGES and given.get(name) != value
+        f"{flag}: {value!r} in the record, {kept[flag]!r} in the checkpoint"
+        for flag, value in given.items()
+        if flag in kept and flag[2:].replace(".", ".init_args.") not in RESUMABLE_CHANGES and kept[flag] != value
     ]
     if differ:
         raise UserError(
@@ -465,6 +464,13 @@ def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
             f"({'; '.join(differ)}): it was edited after the run started. Restore the values the run was trained "
             "with, or start a new run with the new ones."
         )
+
+
+def by_flag(model: dict[str, Any], data: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A run's settings by the flag that sets them: --lr, --data (the class path), --data.NAME, --batch_size, --seed."""
+    named = {f"--data.{key}": value for key, value in data.items() if key not in ("batch_size", "_class_path")}
+    settings = {f"--{key}": value for key, value in model.items()} | named
+    return settings | {"--data": data.get("_class_path"), "--batch_size": data.get("batch_size"), "--seed": seed}
 
 
 def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
