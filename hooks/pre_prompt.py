@@ -32,6 +32,7 @@ import json
 import re
 import shutil
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import NoReturn
 
@@ -42,7 +43,10 @@ TARGET = Path("{{cookiecutter.project_slug|slugify or 'unnamed-project'}}")
 PROJECT = [".github", ".gitignore", "Makefile", "benchmarks", "configs", "pyproject.toml", "scripts", "src", "tests"]
 PROJECT_README = Path("hooks/README.project.md")  # the generated project's README.md, already a Jinja template
 TEMPLATE_ONLY = {Path("tests/test_template.py")}
-SKIPPED_NAMES = {"__pycache__", ".pytest_cache", ".ruff_cache"}
+# What .gitignore ignores is never copied: a checkout that was used (pip install -e, tests) holds an egg-info, caches
+# and runs that are not the project. Patterns are matched against each part of a path, as git does for a pattern
+# without a slash inside it (all of this repo's).
+IGNORED = [line.strip().strip("/") for line in Path(".gitignore").read_text().splitlines() if line[:1] not in "#\n"]
 # The project's own words -> placeholders; longer strings first, so an author name wins over the project name.
 PLACEHOLDERS = {
     "MNIST Lightning contributors": "{{ cookiecutter.author_name }}",
@@ -158,7 +162,8 @@ def project_files() -> list[Path]:
     files = []
     for entry in map(Path, PROJECT):
         candidates = [entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file())
-        files += [p for p in candidates if p not in TEMPLATE_ONLY and not SKIPPED_NAMES & set(p.parts)]
+        ignored = [p for p in candidates if any(fnmatch(part, rule) for part in p.parts for rule in IGNORED)]
+        files += [p for p in candidates if p not in TEMPLATE_ONLY and p not in ignored]
     return files
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Everything that needs an NVIDIA GPU, in one command; writes benchmarks/results/gpu_check_<mode>.json and .md.
+"""Everything that needs an NVIDIA GPU, in one command; writes gpu_check_<mode>.json and .md to benchmarks/results/
+(runs/gpu_check/ in a project without benchmarks/).
 
     python scripts/gpu_check.py --data_dir data          # on a machine with a CUDA GPU (make gpu-check)
     python scripts/gpu_check.py --cpu --data_dir data    # anywhere: the same steps on the CPU (make gpu-check-cpu)
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=None, help="default: the template's")
     parser.add_argument("--val_size", type=int, default=None, help="default: the template's")
     parser.add_argument("--min_acc", type=float, default=0.85, help="lowest test accuracy that counts as trained")
-    parser.add_argument("--results_dir", default=str(ROOT / "benchmarks" / "results"))
+    results = ROOT / "benchmarks" / "results" if (ROOT / "benchmarks").is_dir() else ROOT / "runs" / "gpu_check"
+    parser.add_argument("--results_dir", default=str(results), help=f"default: {results.relative_to(ROOT)}")
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per step")
     return parser
 

@@ -350,3 +350,31 @@ def test_export_a_network_whose_forward_argument_has_another_name(tmp_path, caps
         expected = load_checkpoint(last).model.net.eval()(samples)
         exported = torch.export.load(tmp_path / "exports" / "model.pt2").module()(samples)
     torch.testing.assert_close(exported, expected)
+
+
+def test_fine_tuning_from_a_checkpoint_of_other_data_names_the_data(fake_mnist, tmp_path, capsys):
+    """The same --net on other data has weights of other sizes: the refusal names the data, not the network."""
+    points = tmp_path / "points"
+    assert (
+        train_main(
+            [
+                "--data",
+                "own_data.Points",
+                "--net",
+                "own_data.MLP",
+                "--max_epochs",
+                "1",
+                *QUIET,
+                "--output_dir",
+                str(points),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    start = ["--ckpt_path", str(points / "checkpoints" / "last.ckpt"), "--net", "own_data.MLP"]
+    assert train_main(["--data.data_dir", str(fake_mnist), *start, "--output_dir", str(tmp_path / "run")]) == 2
+    message = one_line(capsys.readouterr().err)
+    assert "trained on other data (input_shape [2] there, [1, 28, 28] here" in message, message
+    assert "num_classes 3 there, 10 here" in message and "pass the --data it was trained with" in message
+    assert not (tmp_path / "run").exists()

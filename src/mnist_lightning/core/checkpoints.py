@@ -1,5 +1,6 @@
 """Checkpoints: the one loader every entry point uses, atomic writes, and ``last.ckpt``, the resume point."""
 
+import json
 import os
 import pickle
 import re
@@ -99,10 +100,21 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
     try:
         model.load_state_dict(contents["state_dict"])
     except RuntimeError as error:  # missing, unexpected or differently shaped weights: another network
-        net, advice = contents["hyper_parameters"].get("net"), "."
+        trained = contents["hyper_parameters"]
+        net, advice = trained.get("net"), "."
         if isinstance(net, dict) and net.get("class_path"):
             flags = [f"--net {net['class_path']}", *(f"--net.{k} {v}" for k, v in (net.get("init_args") or {}).items())]
             advice = f": it was trained with `{' '.join(flags)}`; pass the same to start from it."
+        sizes = [  # the network is built for the data: other data, other weights, whatever --net is
+            f"{name} {json.dumps(trained.get(name))} there, {json.dumps(model.hparams.get(name))} here"
+            for name in ("input_shape", "num_classes")
+            if json.dumps(trained.get(name)) != json.dumps(model.hparams.get(name))
+        ]
+        if sizes:
+            advice = (
+                f": it was trained on other data ({'; '.join(sizes)}); pass the --data it was trained with (its run's "
+                "config.yaml names it)."
+            )
         raise CheckpointError(
             f"{path} holds the weights of another network than this run's {type(model.net).__name__}{advice}"
         ) from error
