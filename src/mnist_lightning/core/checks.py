@@ -16,7 +16,7 @@ from lightning.pytorch.core.mixins import HyperparametersMixin
 from torch import Tensor, nn
 
 from .errors import UserError
-from .messages import closest
+from .messages import closest, either
 
 BOUNDS = {">": ("above", operator.gt), ">=": ("at least", operator.ge), "<=": ("at most", operator.le)}
 
@@ -174,7 +174,8 @@ def check_config_file(path: Path, options: set[str]) -> None:
             f"every option at the top level (max_epochs: 20, lr: 0.01), the data module under data:. {example}."
         )
     if unknown:
-        guesses = [f"{key} (did you mean {close}?)" if (close := closest(key, options)) else key for key in unknown]
+        close = {key: closest(key, sorted(options)) for key in unknown}
+        guesses = [f"{key} (did you mean {either(close[key])}?)" if close[key] else key for key in unknown]
         raise UserError(f"The config file {path} sets options that do not exist: {', '.join(guesses)}; {example}.")
 
 

@@ -55,7 +55,7 @@ from .checks import (
 )
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
-from .messages import NETWORK_RULE, NOISE, closest, explain, first_line
+from .messages import NETWORK_RULE, NOISE, closest, either, explain, first_line
 from .records import RUN_RECORD, CSVLog, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
@@ -94,6 +94,7 @@ class Parser(ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", ReadableHelp)
+        kwargs.setdefault("allow_abbrev", False)  # --max_epoch is a mistake to name, not --max_epochs silently
         super().__init__(*args, **kwargs)
 
 
@@ -225,8 +226,9 @@ def parse_error(error: ArgumentError, parser: ArgumentParser) -> UserError:
     """jsonargparse's error as one paragraph: the flag and what is wrong, the option meant, where the help is."""
     message = explain(error)
     unknown = re.match(r"unrecognized arguments: --([\w.]+)", message)
-    if unknown and (guess := closest(unknown[1], {action.dest for action in parser._actions})):
-        message = f"{message.rstrip('.')} (did you mean --{guess}?)."
+    options = [action.dest for action in parser._actions if not action.dest.endswith(("help", "+"))]
+    if unknown and (guesses := closest(unknown[1], options)):
+        message = f"--{unknown[1]} is not an option; did you mean {either(['--' + guess for guess in guesses])}?"
     return UserError(f"{message} Run `python scripts/{parser.prog} --help` for every option and its type.")
 
 

@@ -37,9 +37,11 @@ EXAMPLES = {
 SYNONYMS = {"learning_rate": "lr", "epochs": "max_epochs", "num_epochs": "max_epochs", "gpus": "devices"}
 
 
-def closest(name: str, options: set[str]) -> str | None:
-    """The option a user probably meant by ``name``: its usual other name, or the most similar spelling."""
-    return SYNONYMS.get(name) or next(iter(difflib.get_close_matches(name, sorted(options), 1)), None)
+def closest(name: str, options: list[str]) -> list[str]:
+    """The options a user probably meant by ``name``: its usual other name, those it begins, or the most similar."""
+    if name in SYNONYMS:
+        return [SYNONYMS[name]]
+    return [option for option in options if option.startswith(name)] or difflib.get_close_matches(name, options, 1)
 
 
 def explain(error: ArgumentError | str) -> str:
@@ -50,9 +52,6 @@ def explain(error: ArgumentError | str) -> str:
     text = re.sub(
         r" Given value type: <class 'jsonargparse\._util\.NestedArg'> Given value: NestedArg\(.*?\)", "", text
     )
-    if ambiguous := re.match(r"ambiguous option: (\S+) could match (.*)", text):  # argparse's prefix matching
-        options = [option for option in ambiguous[2].split(", ") if not option.endswith((".help", "+"))]
-        return f"{ambiguous[1]} is not an option; did you mean {either(options)}?"
     if not (match := re.match(r'Parser key "([^"]+)": (.*)', text)):
         return text.rstrip(".") + "."
     flag, problem = f"--{match[1]}", match[2]
