@@ -156,3 +156,35 @@ class Unsized(LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(TensorDataset(torch.zeros(8, 2), torch.zeros(8, dtype=torch.long)), self.batch_size)
+
+
+class Unbatched(Points):
+    """Takes no batch_size: the one setting every data module of this template shares."""
+
+    def __init__(self, samples: int = 600) -> None:
+        super().__init__(32, samples)
+
+
+class Untested(Points):
+    """No test_dataloader, though a run tests its model after training."""
+
+    test_dataloader = LightningDataModule.test_dataloader  # Lightning's own, which only refuses
+
+
+class Mislabelled(Points):
+    """Batches that break what the data module says (``fault``): samples wider than input_shape, float labels,
+    labels outside 0..num_classes-1, or dicts instead of (samples, labels) pairs. ``stage`` is the one affected."""
+
+    def __init__(self, batch_size: int = 32, fault: str = "wide", stage: str = "train") -> None:
+        super().__init__(batch_size)
+        samples, labels = self.sets[stage].tensors
+        faulty = {
+            "wide": (torch.cat([samples, samples], dim=1), labels),
+            "float": (samples, labels.float()),
+            "high": (samples, labels + 1),
+            "negative": (samples, labels - 1),
+        }
+        if fault == "dict":
+            self.sets[stage] = [{"x": x, "y": y} for x, y in zip(samples, labels, strict=True)]
+        else:
+            self.sets[stage] = TensorDataset(*faulty[fault])

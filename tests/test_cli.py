@@ -138,7 +138,10 @@ def test_every_option_of_the_other_entry_points_is_described_in_their_help(capsy
 
 def test_a_synonym_of_an_option_on_the_command_line_names_the_option(capsys):
     assert main(["--learning_rate", "0.1"]) == 2
-    assert "--learning_rate" in (err := one_line(capsys.readouterr().err)) and "--learning_rate is not an option; did you mean --lr?" in err
+    assert (
+        "--learning_rate" in (err := one_line(capsys.readouterr().err))
+        and "--learning_rate is not an option; did you mean --lr?" in err
+    )
     assert main(["--max_epohcs", "3"]) == 2
     assert "did you mean --max_epochs?" in one_line(capsys.readouterr().err)
 

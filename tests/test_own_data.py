@@ -378,3 +378,45 @@ def test_fine_tuning_from_a_checkpoint_of_other_data_names_the_data(fake_mnist, 
     assert "trained on other data (input_shape [2] there, [1, 28, 28] here" in message, message
     assert "num_classes 3 there, 10 here" in message and "pass the --data it was trained with" in message
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (["own_data.Unbatched"], "Unbatched must take batch_size"),
+        (["own_data.Untested"], "Untested has no test_dataloader(), which the run tests its best checkpoint on"),
+    ],
+)
+def test_a_data_module_that_breaks_the_contract_is_refused_before_training(tmp_path, capfd, data, named):
+    """No batch_size (the run's record reads it after testing), no test_dataloader (the run tests after fit)."""
+    assert train_main(["--data", *data, "--max_epochs", "1", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
+    captured = capfd.readouterr()
+    assert named in one_paragraph(captured.err)
+    assert "GPU available" not in captured.err + captured.out  # refused before the Trainer
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_data_module_without_a_test_set_trains_with_limit_test_batches_0(tmp_path):
+    flags = ["--data", "own_data.Untested", "--max_epochs", "1", "--limit_test_batches", "0"]
+    assert train_main([*flags, "--output_dir", str(tmp_path / "run"), *QUIET]) == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["test/acc"] is None
+
+
+@pytest.mark.parametrize(
+    ("fault", "stage", "holds"),
+    [
+        ("wide", "train", "train_dataloader() holds samples of shape (32, 4)"),
+        ("float", "train", "train_dataloader() holds labels of torch.float32"),
+        ("high", "train", "train_dataloader() holds labels from 1 to 3"),
+        ("negative", "val", "val_dataloader() holds labels from -1 to 1"),
+        ("dict", "train", "train_dataloader() holds a dict (keys 'x', 'y')"),
+    ],
+)
+def test_batches_that_break_what_the_data_module_says_are_named(tmp_path, capfd, fault, stage, holds):
+    """Points says input_shape (2,) and 3 classes; Mislabelled's batches break that, in its `stage` loader."""
+    flags = ["--data", "own_data.Mislabelled", "--data.fault", fault, "--data.stage", stage, "--max_epochs", "1"]
+    assert train_main([*flags, "--batch_size", "32", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
+    message = one_paragraph(capfd.readouterr().err)
+    assert "The data module Mislabelled does not give what it says (input_shape (2,), num_classes 3)" in message
+    assert holds in message and "samples of shape (batch, 2), labels int64 class indices from 0 to 2" in message
+    assert not (tmp_path / "run").exists()

@@ -1,5 +1,6 @@
-"""Callbacks of every training run: the per-epoch history for ``metrics.json`` (which also stops a diverged run),
-``--max_time`` checked per epoch, and the progress display: a bar in a terminal, a line per epoch in a log file."""
+"""Callbacks of every training run: each stage's first batch checked against the data module, the per-epoch history
+for ``metrics.json`` (which also stops a diverged run), ``--max_time`` checked per epoch, and the progress display:
+a bar in a terminal, a line per epoch in a log file."""
 
 import math
 import os
@@ -12,6 +13,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 
+from .checks import check_batch
+
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
 
@@ -19,6 +22,26 @@ class DivergedError(Exception):
     """The training loss stopped being a finite number; the message says when and what to change."""
 
     exit_code = 1
+
+
+class BatchCheck(Callback):
+    """The first batch of each stage against the data module's input_shape and num_classes (the model's), so that
+    a batch that breaks them is named with its data module, not found by a traceback from inside the step. (The
+    contract of lightning_module.Classifier: a LightningModule of other batches drops it from cli.build_trainer.)"""
+
+    def check(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, loader: str) -> None:
+        if batch_idx == 0:
+            hparams = pl_module.hparams
+            check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        self.check(trainer, pl_module, batch, batch_idx, "train_dataloader")
+
+    def on_validation_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx=0) -> None:
+        self.check(trainer, pl_module, batch, batch_idx, "val_dataloader")
+
+    def on_test_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx=0) -> None:
+        self.check(trainer, pl_module, batch, batch_idx, "test_dataloader")
 
 
 class EpochHistory(Callback):

@@ -1,6 +1,7 @@
 """Checks made before training, so that a mistake ends in one message saying what to do, not in a traceback."""
 
 import difflib
+import inspect
 import operator
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.core.mixins import HyperparametersMixin
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 
 from .errors import UserError
@@ -202,7 +204,51 @@ def data_sizes(datamodule: LightningDataModule) -> dict[str, Any]:
             "2 or more) and input_shape (the shape of one sample, a tuple of positive ints, e.g. (3, 32, 32)), as "
             f"attributes set by its __init__. It has num_classes={classes!r}, input_shape={shape!r}."
         )
+    if "batch_size" not in inspect.signature(type(datamodule)).parameters:  # --batch_size is linked into it
+        raise UserError(
+            f"The data module {type(datamodule).__name__} must take batch_size, the top-level --batch_size that "
+            "every data module shares: add a batch_size argument to its __init__ and give it to its DataLoaders."
+        )
     return {"input_shape": list(shape), "num_classes": classes}
+
+
+def check_data_methods(datamodule: LightningDataModule, tested: bool) -> None:
+    """The loaders a run reads: training's, and the test set's that it is tested on after training."""
+    needed = {"train_dataloader": "training reads its batches from"}
+    if tested:
+        needed["test_dataloader"] = "the run tests its best checkpoint on, after training"
+    name, without = type(datamodule).__name__, {"test_dataloader": " (or --limit_test_batches 0 not to test)"}
+    for method, use in needed.items():
+        if not is_overridden(method, datamodule, LightningDataModule):
+            raise UserError(
+                f"The data module {name} has no {method}(), which {use}: define {method}(self) in {name}, returning "
+                f"a DataLoader of (samples, labels) batches{without.get(method, '')}."
+            )
+
+
+def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int) -> None:
+    """A batch of the data module's ``loader`` (train_dataloader, ...) against what the data module says: a
+    (samples, labels) pair, samples of its input_shape, labels class indices from 0 to num_classes - 1 (int64, or
+    uint8: what cross_entropy takes)."""
+    got = None
+    if isinstance(batch, dict):
+        got = f"a dict (keys {', '.join(map(repr, batch))})"
+    elif not (isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch)):
+        got = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, list | tuple) else "")
+    elif tuple(batch[0].shape[1:]) != tuple(shape):
+        got = f"samples of shape {tuple(batch[0].shape)}"
+    elif batch[1].dtype not in (torch.long, torch.uint8) or batch[1].shape != batch[0].shape[:1]:
+        got = f"labels of {batch[1].dtype} and shape {tuple(batch[1].shape)}"
+    elif len(batch[1]) and not (0 <= batch[1].min() and batch[1].max() < classes):
+        got = f"labels from {int(batch[1].min())} to {int(batch[1].max())}"
+    if got:
+        name = type(datamodule).__name__
+        raise UserError(
+            f"The data module {name} does not give what it says (input_shape {tuple(shape)}, num_classes {classes}): "
+            f"the first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: samples "
+            f"of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to {classes - 1} of "
+            f"shape (batch,). Fix {loader}() or what {name} says."
+        )
 
 
 def refuse_empty_training(config: Namespace) -> None:

@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from ..lightning_module import Classifier
 from ..model import MATMUL_HELP
-from .callbacks import DivergedError, EpochHistory, EpochTimer, progress_display
+from .callbacks import BatchCheck, DivergedError, EpochHistory, EpochTimer, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -47,6 +47,7 @@ from .checks import (
     ModelSettingError,
     NetworkMismatchError,
     check_config_file,
+    check_data_methods,
     check_launched,
     check_monitors,
     check_ranges,
@@ -282,6 +283,7 @@ def build_training(config: Namespace) -> Training:
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)  # as on every rung
         built, model, datamodule = build_model_and_data(config)
+        check_data_methods(datamodule, tested=config.limit_test_batches != 0)
         if weights and not resuming:
             load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
         if rank_zero_only.rank == 0:
@@ -519,7 +521,7 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
 
 def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
-    callbacks = [*as_list(config.callbacks), EpochHistory()]
+    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory()]
     if config.max_time is not None:
         callbacks.append(EpochTimer(config.max_time))
     if logger:
