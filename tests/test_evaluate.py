@@ -1,6 +1,8 @@
 """evaluate.py: a checkpoint tested again, anywhere, with the same result as at the end of training."""
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from helpers import TINY_RUN, one_line
 
 from mnist_lightning.core.evaluate import main
 from mnist_lightning.core.train import main as train_main
+from mnist_lightning.lightning_module import Classifier
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +136,22 @@ def test_a_checkpoint_with_flipped_bits_is_refused_by_every_entry_point(trained,
     assert f"{damaged} is not a PyTorch checkpoint, or it is damaged" in err and "no longer matches its checksum" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_output_to_a_file_or_a_pipe_has_no_progress_bar(trained, tmp_path, capsys):
+    """As train.py: a bar only in a terminal (captured output is not one), where its redraws do not pile up."""
+    assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
+    captured = capsys.readouterr()
+    assert "Testing" not in captured.out + captured.err and "Test accuracy" in captured.out
+
+
+def test_sigterm_while_testing_stops_with_one_line(trained, tmp_path, monkeypatch, capsys):
+    """SIGTERM (kill, timeout) ends evaluate.py as Ctrl-C does: through its clean-up, one line, status 143."""
+
+    def terminated(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # while trainer.test runs, under Lightning's own SIGTERM handler
+
+    monkeypatch.setattr(Classifier, "test_step", terminated)
+    assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 143
+    assert capsys.readouterr().err.strip() == "Stopped by SIGTERM."
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back to the caller

@@ -3,11 +3,13 @@ its mistakes told before any work; export replaces its own earlier files. Pictur
 """
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FAKE_TEST, TINY_RUN, one_line
+from helpers import FAKE_TEST, TINY_RUN, one_line, write_fake_mnist
 
 from mnist_lightning.core import export
 from mnist_lightning.core.predict import main
@@ -122,17 +124,63 @@ def test_a_second_export_says_what_it_replaced(fake_ckpt, tmp_path, capsys):
     assert "model.pt2 (replaced the earlier one)" in capsys.readouterr().out
 
 
-def test_an_export_stopped_midway_leaves_the_earlier_export_whole(fake_ckpt, tmp_path, monkeypatch, capsys):
-    """Ctrl-C (or kill) while exporting: the folder keeps the earlier export as it was, no half file, no mix."""
+def stop_with(signum: int):
+    """A stand-in for a step of the command that sends ``signum`` to this very process, as kill or Ctrl-C would."""
+
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+
+    return stopped
+
+
+STOPS = [(signal.SIGINT, 130, "Interrupted."), (signal.SIGTERM, 143, "Stopped by SIGTERM.")]
+
+
+@pytest.mark.parametrize(("signum", "status", "said"), STOPS)
+def test_an_export_stopped_midway_leaves_the_earlier_export_whole(
+    fake_ckpt, tmp_path, monkeypatch, capsys, signum, status, said
+):
+    """Ctrl-C or SIGTERM while exporting: the folder keeps the earlier export as it was, no half file, no mix."""
     flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "exports"), "--formats", "pt2"]
     assert export.main(flags) == 0
     files = {path.name: path.read_bytes() for path in (tmp_path / "exports").iterdir() if path.name[0] != "."}
-
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt  # after model.pt2 is written, before it is moved in
-
-    monkeypatch.setattr(export, "write_json", stopped)
-    assert export.main(flags) == 130
+    capsys.readouterr()
+    monkeypatch.setattr(export, "write_json", stop_with(signum))  # after model.pt2 is written, before it moves in
+    assert export.main(flags) == status
+    assert capsys.readouterr().err.strip() == said
     left = sorted((tmp_path / "exports").iterdir())
     assert {path.name: path.read_bytes() for path in left if path.name[0] != "."} == files
     assert [path.name for path in left if path.name[0] == "."] == [".lock"]  # no staging folder left behind
+
+
+@pytest.mark.parametrize(("signum", "status", "said"), STOPS)
+@pytest.mark.parametrize("step", ["load_checkpoint", "write_json"])
+def test_a_stopped_export_into_a_new_folder_leaves_no_folder(
+    fake_ckpt, tmp_path, monkeypatch, capsys, signum, status, said, step
+):
+    """`timeout -s TERM ... export.py --output_dir X` (or Ctrl-C): X, and the folders made for it, are gone."""
+    monkeypatch.setattr(export, step, stop_with(signum))
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "new" / "exports"), "--formats", "pt2"]
+    assert export.main(flags) == status
+    assert capsys.readouterr().err.strip() == said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_takes_the_data_modules_arguments_like_evaluate(tmp_path, monkeypatch, capsys):
+    """A run trained with a relative data_dir is predicted from another folder: --data.data_dir says where."""
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path / "project")
+    write_fake_mnist(tmp_path / "project" / "data")
+    checkpoint = trained_checkpoint(Path("data"), Path("run"), *TINY_RUN)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    flags = ["--data.data_dir", str(tmp_path / "project" / "data"), "--batch_size", "7"]
+    rows = predict(str(tmp_path / "project" / checkpoint), tmp_path=tmp_path, flags=flags)
+    assert [row["input"] for row in rows] == [f"#{i}" for i in range(FAKE_TEST)]
+
+
+def test_help_says_the_inputs_are_optional(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    positional = capsys.readouterr().out.split("positional arguments:")[1].split("options:")[0]
+    assert "inputs" in positional and "required" not in positional

@@ -3,8 +3,10 @@
 import errno
 import os
 import shutil
+import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from .workarounds import apply_workarounds, end_process_group
 
 USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
 INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIGINT)
+TERMINATED = 143  # and by SIGTERM (kill, timeout, a scheduler's stop)
 
 
 class UserError(Exception):
@@ -47,10 +50,19 @@ def print_error(message: str) -> None:
     print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
 
 
+def exit_on_sigterm(signum: int, frame: object) -> None:
+    sys.exit(TERMINATED)
+
+
 def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...] = ()) -> int:
     """Run an entry point: a UserError, or one of ``user_errors`` (what the project's classes raise in their own
-    terms), becomes a paragraph on stderr and its exit status (``exit_code``, else 2)."""
+    terms), becomes a paragraph on stderr and its exit status (``exit_code``, else 2). SIGTERM, which by default
+    ends the process at once, stops it as Ctrl-C does: through every clean-up (``finally``), then status 143."""
     apply_workarounds()
+    # Not over a handler of the caller's (train.py's), nor from another thread, where Python cannot set one.
+    ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if ours:
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
         main()
     except (UserError, *user_errors) as error:
@@ -59,6 +71,11 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
     except KeyboardInterrupt:  # Ctrl-C outside training (start-up, testing): nothing to save there
         print("\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
+    except SystemExit as stop:
+        if stop.code != TERMINATED:
+            raise
+        print("\nStopped by SIGTERM.", file=sys.stderr)
+        return TERMINATED
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit
         return 1
@@ -66,5 +83,7 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
         from .records import release  # here: records imports this module
 
         release()  # the run folders it locked (records.lock): a later command in this process may use them
+        if ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     end_process_group()
     return 0

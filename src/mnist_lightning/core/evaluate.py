@@ -11,7 +11,8 @@ from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule, Trainer
 
 from ..lightning_module import Classifier
-from .checkpoints import load_checkpoint
+from .callbacks import progress_display
+from .checkpoints import Checkpoint, load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
@@ -20,14 +21,28 @@ from .records import new_run_dir, run_metrics, write_json
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
-    parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
-    parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
-    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="Unset: the training run's.")
+    add_checkpoint_options(parser)
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
     parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: a new folder in runs/.")
     return parser
+
+
+def add_checkpoint_options(parser: ArgumentParser) -> None:
+    """--ckpt_path, and what of its training run's data module to change (a data_dir that moved, a batch size)."""
+    parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
+    parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
+    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="Unset: the training run's.")
+
+
+def load_with_overrides(config: Namespace) -> Checkpoint:
+    """The checkpoint of ``config.ckpt_path``, its data module built with the changes that add_checkpoint_options
+    reads."""
+    # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
+    overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
+    overrides |= {"batch_size": int(config.batch_size)} if config.batch_size is not None else {}
+    return load_checkpoint(config.ckpt_path, **overrides)
 
 
 def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
@@ -47,12 +62,10 @@ def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModul
 
 def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, int]:
     check_accelerator(config.accelerator, config.devices)
-    # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
-    overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
-    overrides |= {"batch_size": int(config.batch_size)} if config.batch_size is not None else {}
-    checkpoint = load_checkpoint(config.ckpt_path, **overrides)
+    checkpoint = load_with_overrides(config)
     checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     options = {"logger": False, "enable_checkpointing": False, "default_root_dir": new_run_dir(config.output_dir)}
+    options["callbacks"] = [progress_display()]  # a bar in a terminal, none in a file or a pipe
     trainer = Trainer(accelerator=config.accelerator, devices=config.devices, precision=config.precision, **options)
     return trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs
 

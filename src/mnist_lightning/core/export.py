@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
-from .checkpoints import CheckpointError, load_checkpoint
+from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .errors import UserError, run_main
-from .records import RUN_RECORD, discard_new_run, lock, write_json
+from .records import RUN_RECORD, lock, release, write_json
 
 
 def build_parser() -> ArgumentParser:
@@ -32,24 +32,31 @@ def export(config: Namespace) -> dict[str, Path]:
     run_dir = Path(config.ckpt_path).resolve().parent.parent  # <run>/checkpoints/x.ckpt
     if output_dir.resolve().is_relative_to(run_dir) and (run_dir / RUN_RECORD).is_file():
         lock(run_dir)  # exports into a run's folder: not while the run itself is writing it
-    new = not output_dir.exists()
+    made = [folder for folder in (output_dir, *output_dir.parents) if not folder.exists()]  # by lock, below
     lock(output_dir)  # before any work: a folder that cannot be written, or one another export is writing
-    try:
-        checkpoint = load_checkpoint(config.ckpt_path)
-    except CheckpointError:
-        if new:
-            discard_new_run(output_dir)
-        raise
-    net = checkpoint.model.net.eval()  # the plain nn.Module; Lightning stays behind
-    shape, classes = checkpoint.model.hparams.input_shape, checkpoint.model.hparams.num_classes
     paths = {name: output_dir / f"model.{name}" for name in config.formats}
     paths["preprocessing"] = output_dir / "preprocessing.json"
     earlier = {path for path in paths.values() if path.exists()}
+    try:
+        write_export(config.ckpt_path, paths, staging=output_dir / ".export-partial")
+    except BaseException:  # a failure or a stop (Ctrl-C, SIGTERM): no folder it made is left, empty or half-filled
+        if made:
+            release(output_dir)
+            shutil.rmtree(made[-1], ignore_errors=True)
+        raise
+    for name, path in paths.items():
+        print(f"{name}: {path}" + (" (replaced the earlier one)" if path in earlier else ""))
+    return paths
+
+
+def write_export(ckpt_path: str, paths: dict[str, Path], staging: Path) -> None:
+    checkpoint = load_checkpoint(ckpt_path)
+    net = checkpoint.model.net.eval()  # the plain nn.Module; Lightning stays behind
+    shape, classes = checkpoint.model.hparams.input_shape, checkpoint.model.hparams.num_classes
     example = (torch.zeros(2, *shape),)
     dynamic = ({0: torch.export.Dim("batch")},)  # by position: a network's forward may name its input anything
     # Written whole into a staging folder, then moved in: a stop or a failure leaves the earlier export as it was,
     # never half a file, nor a new model beside an earlier model's preprocessing.json.
-    staging = output_dir / ".export-partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
@@ -68,9 +75,6 @@ def export(config: Namespace) -> dict[str, Path]:
             os.replace(staging / path.name, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for name, path in paths.items():
-        print(f"{name}: {path}" + (" (replaced the earlier one)" if path in earlier else ""))
-    return paths
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,18 +15,18 @@ from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
-from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, ReadableHelp, parse_command_line
 from .devices import check_accelerator
 from .errors import NothingToPredict, UserError, WriteError, run_main
+from .evaluate import add_checkpoint_options, load_with_overrides
 from .messages import first_line
 from .records import write_json
 
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="predict.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
-    parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: the predict_dataloader.")
-    parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
+    parser.add_argument("inputs", type=str, nargs="*", default=[], help="Files or folders; none: predict_dataloader.")
+    add_checkpoint_options(parser)
     parser.add_argument("--output", type=Path | None, default=None, help="Also write every row to a .csv or .json.")
     parser.add_argument("--min_confidence", type=ClosedUnitInterval, default=0.5, help="Under it a class is uncertain.")
     parser.add_argument("--max_rows", type=NonNegativeInt, default=20, help="Rows shown (all go to --output).")
@@ -74,7 +74,7 @@ def predict(config: Namespace) -> list[dict]:
     if config.output:
         check_output(config.output)
     check_accelerator(config.accelerator)
-    checkpoint = load_checkpoint(config.ckpt_path)
+    checkpoint = load_with_overrides(config)
     model, data, name = checkpoint.model, checkpoint.datamodule, type(checkpoint.datamodule).__name__
     if config.inputs and not hasattr(data, "read_file"):
         raise UserError(
