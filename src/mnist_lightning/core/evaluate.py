@@ -13,14 +13,14 @@ from lightning.pytorch import LightningDataModule, Trainer
 from ..lightning_module import Classifier
 from .callbacks import progress_display
 from .checkpoints import Checkpoint, load_checkpoint
-from .cli import USER_ERRORS, ReadableHelp, parse_command_line
+from .cli import USER_ERRORS, Parser, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
 from .records import new_run_dir, run_metrics, write_json
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="evaluate.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
+    parser = Parser(prog="evaluate.py", description=__doc__, exit_on_error=False)
     add_checkpoint_options(parser)
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")

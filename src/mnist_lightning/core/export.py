@@ -12,13 +12,13 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from .checkpoints import load_checkpoint
-from .cli import USER_ERRORS, ReadableHelp, parse_command_line
+from .cli import USER_ERRORS, Parser, parse_command_line
 from .errors import UserError, run_main
 from .records import RUN_RECORD, lock, release, write_json
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="export.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
+    parser = Parser(prog="export.py", description=__doc__, exit_on_error=False)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: exports/ beside the .ckpt.")
     parser.add_argument("--formats", nargs="+", choices=("pt2", "onnx"), default=["pt2", "onnx"], help="Which ones.")

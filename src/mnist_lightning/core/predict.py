@@ -15,7 +15,7 @@ from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
-from .cli import USER_ERRORS, ReadableHelp, parse_command_line
+from .cli import USER_ERRORS, Parser, parse_command_line
 from .devices import check_accelerator
 from .errors import NothingToPredict, UserError, WriteError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
@@ -24,7 +24,7 @@ from .records import write_json
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="predict.py", description=__doc__, exit_on_error=False, formatter_class=ReadableHelp)
+    parser = Parser(prog="predict.py", description=__doc__, exit_on_error=False)
     parser.add_argument("inputs", type=str, nargs="*", default=[], help="Files or folders; none: predict_dataloader.")
     add_checkpoint_options(parser)
     parser.add_argument("--output", type=Path | None, default=None, help="Also write every row to a .csv or .json.")
