@@ -83,6 +83,7 @@ class ReadableHelp(DefaultHelpFormatter):
 
     def _get_help_string(self, action) -> str:
         text = re.sub(r", known subclasses: [^)]*", "", super()._get_help_string(action))
+        text = text.replace("(required, ", "(") if action.nargs == "*" else text  # jsonargparse: no default allowed
         return re.sub(r"Default: (``[^`]*``|[^.]*)\.\s*|Disabled by default \(None\)\.\s*", "", text)
 
     def format_help(self) -> str:
@@ -226,7 +227,7 @@ def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) ->
 def parse_error(error: ArgumentError, parser: ArgumentParser) -> UserError:
     """jsonargparse's error as one paragraph: the flag and what is wrong, the option meant, where the help is."""
     message = explain(error)
-    unknown = re.match(r"unrecognized arguments: --([\w.]+)", message)
+    unknown = re.match(r"unrecognized arguments: --([\w.]+)", message, flags=re.IGNORECASE)  # 4.43: "Unrecognized"
     options = [action.dest for action in parser._actions if not action.dest.endswith(("help", "+"))]
     if unknown and (guesses := closest(unknown[1], options)):
         message = f"--{unknown[1]} is not an option; did you mean {either(['--' + guess for guess in guesses])}?"

@@ -25,7 +25,7 @@ from .records import write_json
 
 def build_parser() -> ArgumentParser:
     parser = Parser(prog="predict.py", description=__doc__, exit_on_error=False)
-    parser.add_argument("inputs", type=str, nargs="*", default=[], help="Files or folders; none: predict_dataloader.")
+    parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: predict_dataloader.")
     add_checkpoint_options(parser)
     parser.add_argument("--output", type=Path | None, default=None, help="Also write every row to a .csv or .json.")
     parser.add_argument("--min_confidence", type=ClosedUnitInterval, default=0.5, help="Under it a class is uncertain.")
