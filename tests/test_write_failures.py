@@ -48,6 +48,29 @@ def test_a_full_disk_while_saving_a_checkpoint(fake_mnist, tmp_path, capsys, mon
     assert main(resume_command(message)) == 0
 
 
+def test_a_full_disk_while_rows_are_appended_to_the_csv_log(fake_mnist, tmp_path, capsys, monkeypatch):
+    """Later in the run, when every column exists, Lightning appends its rows: the file is cut back to its rows."""
+    run = tmp_path / "run"
+    real_writerows = csv.DictWriter.writerows
+
+    def writerows(writer, rows):
+        last = run / "checkpoints" / "last.ckpt"
+        if last.is_file() and torch.load(last, weights_only=True)["epoch"] >= 1:  # epoch 0's columns are all there
+            writer.writer.writerow(["half a row"])
+            raise FULL
+        return real_writerows(writer, rows)
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10", "--max_epochs", "3"]
+    assert main([*flags, "--quiet", "true", "--output_dir", str(run)]) == 1
+    message = one_line(capsys.readouterr().err)
+    assert f"{run / 'logs' / 'metrics.csv'} could not be written: the disk is full" in message, message
+    rows = list(csv.reader((run / "logs" / "metrics.csv").open()))
+    assert len(rows) > 1 and all(len(row) == len(rows[0]) for row in rows)  # whole rows only, no "half a row"
+    monkeypatch.undo()
+    assert main(resume_command(message)) == 0
+
+
 def test_a_full_disk_while_lightning_writes_the_csv_log(fake_mnist, tmp_path, capsys, monkeypatch):
     """The disk fills once the first checkpoint is written, as the CSV logger flushes logs/metrics.csv mid-run."""
     run = tmp_path / "run"

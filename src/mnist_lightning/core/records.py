@@ -149,13 +149,22 @@ class CSVLog(CSVLogger):
             raise WriteError(Path(self.log_dir, "hparams.yaml"), error) from error
 
     @rank_zero_only
-    def save(self) -> None:
-        path = Path(self.experiment.metrics_file_path)
-        before = path.read_bytes() if path.is_file() else None  # Lightning appends, or rewrites it for a new column
+    def save(self) -> None:  # Lightning calls it at every logging step
+        experiment = self.experiment
+        path = Path(experiment.metrics_file_path)
+        size = path.stat().st_size if path.is_file() else None
+        # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here.
+        new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
+        before = path.read_bytes() if size is not None and new_column else None
         try:
             super().save()
         except OSError as error:
-            self.experiment.metrics.clear()
+            experiment.metrics.clear()
             with suppress(OSError):
-                path.unlink() if before is None else path.write_bytes(before)
+                if size is None:
+                    path.unlink()
+                elif before is not None:
+                    path.write_bytes(before)
+                else:
+                    os.truncate(path, size)
             raise WriteError(path, error) from error
