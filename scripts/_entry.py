@@ -2,8 +2,9 @@
 
 Importing them is the slow part of start-up. A KeyboardInterrupt raised inside an import can be swallowed by a
 library's broad ``except`` and leave a half-imported module that fails later with a misleading traceback; so while
-they import, Ctrl-C ends the process at once (nothing has been written yet) with the shell's status for it. From a
-Python that lacks the project (the system's, with .venv not activated), the script says how to get one that has it.
+they import, Ctrl-C or SIGTERM ends the process at once (nothing has been written yet) with the shell's status for
+it. From a Python that lacks the project (the system's, with .venv not activated), the script says how to get one
+that has it.
 """
 
 import contextlib
@@ -19,15 +20,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def interrupted(signum: int, frame: object) -> None:
-    print("\nInterrupted.", file=sys.stderr, flush=True)
+    print("\nInterrupted." if signum == signal.SIGINT else "\nStopped by SIGTERM.", file=sys.stderr, flush=True)
     os._exit(128 + signum)
 
 
 @contextlib.contextmanager
 def project_imports() -> Iterator[None]:
-    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not if the caller ignores Ctrl-C
-    if ours:
-        signal.signal(signal.SIGINT, interrupted)
+    # Not over a handler the caller chose (an ignored Ctrl-C, say).
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    ours = [signum for signum, default in defaults.items() if signal.getsignal(signum) is default]
+    for signum in ours:
+        signal.signal(signum, interrupted)
     try:
         yield
     except ModuleNotFoundError as error:  # the project, or a library it needs, is not installed in this Python
@@ -42,8 +45,8 @@ def project_imports() -> Iterator[None]:
         )
         sys.exit(1)
     finally:
-        if ours:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in ours:
+            signal.signal(signum, defaults[signum])
 
 
 def run(module: str) -> int:

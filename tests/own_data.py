@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
 
 
 def split(samples: Tensor, labels: Tensor) -> dict[str, TensorDataset]:
@@ -188,3 +188,32 @@ class Mislabelled(Points):
             self.sets[stage] = [{"x": x, "y": y} for x, y in zip(samples, labels, strict=True)]
         else:
             self.sets[stage] = TensorDataset(*faulty[fault])
+
+
+class Broken(Points):
+    """A mistake in one of its methods (``broken``): a DataLoader given both ``shuffle`` and a ``sampler``, which
+    torch refuses; or (``predict_samples``) a predict set of samples wider than its input_shape."""
+
+    def __init__(self, batch_size: int = 32, broken: str = "none") -> None:
+        super().__init__(batch_size)
+        self.broken = broken
+        if broken == "predict_samples":
+            self.sets["predict"] = TensorDataset(torch.zeros(6, 5))
+
+    def loader(self, stage: str, method: str) -> DataLoader:
+        data, shuffle = self.sets[stage], stage == "train"
+        if method == self.broken:
+            return DataLoader(data, self.batch_size, shuffle=True, sampler=SequentialSampler(data))
+        return DataLoader(data, self.batch_size, shuffle=shuffle)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train", "train_dataloader")
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val", "val_dataloader")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test", "test_dataloader")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.loader("predict", "predict_dataloader")

@@ -30,6 +30,7 @@ BAD_FLAGS = [
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
     (["--lr", "1e39"], 2, ["lr must be at most 3.4e38, got 1e+39"]),  # float32's largest: Adam could not apply it
     (["--momentum", "-1"], 2, ["momentum must be at least 0, got -1.0"]),
+    (["--momentum", "1.5"], 2, ["momentum must be below 1, got 1.5"]),  # SGD's velocity would grow without end
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
     (["--max_epochs", "-1"], 2, ["--max_epochs -1 trains without end", "--lr_schedule constant"]),
     (["--min_epochs", "5"], 2, ["--min_epochs 5 is above --max_epochs 2"]),
@@ -392,10 +393,14 @@ sys.meta_path.insert(0, SlowImport())
 """
 
 
+@pytest.mark.parametrize(
+    ("signum", "said"), [(signal.SIGINT, "Interrupted."), (signal.SIGTERM, "Stopped by SIGTERM.")], ids=["int", "term"]
+)
 @pytest.mark.parametrize("hang_at", ["mnist_lightning", "torch"])
 @pytest.mark.parametrize("script", ["train.py", "evaluate.py", "devices.py", "gpu_check.py"])
-def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, script, hang_at):
-    """`python scripts/train.py ...` and Ctrl-C while Python imports the project or torch: one line, status 130."""
+def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, script, hang_at, signum, said):
+    """`python scripts/train.py ...` and Ctrl-C (or SIGTERM) while Python imports the project or torch: one line,
+    status 130 (143)."""
     (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
     ready = tmp_path / "ready"
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
@@ -409,9 +414,9 @@ def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, scr
     while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert ready.exists(), process.communicate()[1]
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     err = process.communicate(timeout=60)[1]
-    assert process.returncode == 130 and err.strip() == "Interrupted.", err
+    assert process.returncode == 128 + signum and err.strip() == said, err
 
 
 def test_evaluate_refuses_a_batch_size_below_one(capsys):

@@ -155,3 +155,17 @@ def test_sigterm_while_testing_stops_with_one_line(trained, tmp_path, monkeypatc
     assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 143
     assert capsys.readouterr().err.strip() == "Stopped by SIGTERM."
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back to the caller
+    assert not (tmp_path / "e").exists()  # the new folder it had made (and locked) is removed
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_arriving_as_it_finishes_does_not_fail_a_complete_result(trained, tmp_path, monkeypatch, signum):
+    """Ctrl-C or SIGTERM once the results are written (here: as its last clean-up runs) changes nothing: status 0,
+    and the caller's handlers are given back."""
+    import mnist_lightning.core.errors
+
+    monkeypatch.setattr(mnist_lightning.core.errors, "end_process_group", lambda: os.kill(os.getpid(), signum))
+    assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
+    assert json.loads((tmp_path / "e" / "metrics.json").read_text())["test/acc"] == trained["test/acc"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -4,6 +4,9 @@ import difflib
 import inspect
 import operator
 import os
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -18,9 +21,10 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 
 from .errors import UserError
-from .messages import closest, either
+from .messages import closest, either, first_line
 
-BOUNDS = {">": ("above", operator.gt), ">=": ("at least", operator.ge), "<=": ("at most", operator.le)}
+BOUNDS = {">": ("above", operator.gt), ">=": ("at least", operator.ge), "<": ("below", operator.lt)}
+BOUNDS["<="] = ("at most", operator.le)
 
 
 class ModelSettingError(ValueError):
@@ -224,6 +228,31 @@ def check_data_methods(datamodule: LightningDataModule, tested: bool) -> None:
                 f"The data module {name} has no {method}(), which {use}: define {method}(self) in {name}, returning "
                 f"a DataLoader of (samples, labels) batches{without.get(method, '')}."
             )
+
+
+DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
+
+
+@contextmanager
+def data_module_errors(datamodule: LightningDataModule) -> Iterator[None]:
+    """An error raised in one of the data module's own methods (its DataLoader refusing its arguments, a file of
+    its own missing) as one paragraph naming the method and its line, not a traceback through Lightning's loops."""
+    try:
+        yield
+    except Exception as error:
+        frames = list(traceback.walk_tb(error.__traceback__))
+        ours = [(f, n) for f, n in frames if f.f_code.co_name in DATA_HOOKS and f.f_locals.get("self") is datamodule]
+        if isinstance(error, UserError) or not ours:
+            raise
+        (frame, line), (inner, inner_line) = ours[-1], frames[-1]
+        name, method, where = type(datamodule).__name__, frame.f_code.co_name, f"{frame.f_code.co_filename}:{line}"
+        if inner is not frame:
+            where += f", raised at {inner.f_code.co_filename}:{inner_line}"
+        raise UserError(
+            f"The data module {name} failed in its {method}() ({where}): {first_line(error)} "
+            f"({type(error).__name__}). Fix {method}() in {name}.",
+            exit_code=1,
+        ) from error
 
 
 def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int) -> None:

@@ -60,11 +60,15 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
     ends the process at once, stops it as Ctrl-C does: through every clean-up (``finally``), then status 143."""
     apply_workarounds()
     # Not over a handler of the caller's (train.py's), nor from another thread, where Python cannot set one.
-    ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    if ours:
+    main_thread = threading.current_thread() is threading.main_thread()
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    if handlers.get(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
         main()
+        for signum in handlers:  # done, its results written: a stop now would only report a failure that is not one
+            signal.signal(signum, signal.SIG_IGN)
+        end_process_group()
     except (UserError, *user_errors) as error:
         print_error(str(error))
         return getattr(error, "exit_code", USAGE_ERROR)
@@ -83,7 +87,6 @@ def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...
         from .records import release  # here: records imports this module
 
         release()  # the run folders it locked (records.lock): a later command in this process may use them
-        if ours:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    end_process_group()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     return 0

@@ -11,12 +11,13 @@ from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule, Trainer
 
 from ..lightning_module import Classifier
-from .callbacks import progress_display
+from .callbacks import BatchCheck, progress_display
 from .checkpoints import Checkpoint, load_checkpoint
+from .checks import data_module_errors
 from .cli import USER_ERRORS, Parser, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
-from .records import new_run_dir, run_metrics, write_json
+from .records import discard_new_run, new_run_dir, run_metrics, write_json
 
 
 def build_parser() -> ArgumentParser:
@@ -47,7 +48,8 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
 
 def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
     start = time.perf_counter()
-    (results,) = trainer.test(model, datamodule=datamodule, verbose=False)
+    with data_module_errors(datamodule):
+        (results,) = trainer.test(model, datamodule=datamodule, verbose=False)
     kept = {"devices": trainer.num_devices, "precision": trainer.precision, "test_seconds": time.perf_counter() - start}
     device, batch_size = trainer.strategy.root_device, datamodule.hparams.batch_size
     metrics = run_metrics(test=results, device=device, epochs=epochs, history=[], batch_size=batch_size, **kept)
@@ -63,15 +65,30 @@ def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModul
 def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, int]:
     check_accelerator(config.accelerator, config.devices)
     checkpoint = load_with_overrides(config)
-    checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
+    with data_module_errors(checkpoint.datamodule):
+        checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     options = {"logger": False, "enable_checkpointing": False, "default_root_dir": new_run_dir(config.output_dir)}
-    options["callbacks"] = [progress_display()]  # a bar in a terminal, none in a file or a pipe
-    trainer = Trainer(accelerator=config.accelerator, devices=config.devices, precision=config.precision, **options)
+    options["callbacks"] = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
+    try:
+        trainer = Trainer(accelerator=config.accelerator, devices=config.devices, precision=config.precision, **options)
+    except BaseException:
+        discard_new_run(options["default_root_dir"])
+        raise
     return trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs
 
 
+def build_and_evaluate(config: Namespace) -> dict:
+    """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
+    trainer, model, datamodule, epochs = build(config)
+    try:
+        return evaluate(trainer, model, datamodule, epochs)
+    except BaseException:
+        discard_new_run(Path(trainer.default_root_dir))
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: evaluate(*build(parse_command_line(build_parser(), argv))), USER_ERRORS)
+    return run_main(lambda: build_and_evaluate(parse_command_line(build_parser(), argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":

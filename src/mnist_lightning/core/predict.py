@@ -13,8 +13,10 @@ from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch import Tensor
 from torch.utils.data import DataLoader
 
+from .checks import data_module_errors
 from .cli import USER_ERRORS, Parser, parse_command_line
 from .devices import check_accelerator
 from .errors import NothingToPredict, UserError, WriteError, run_main
@@ -91,10 +93,19 @@ def predict(config: Namespace) -> list[dict]:
     if config.inputs:
         rows, samples = read_files(config.inputs, data)
     else:  # read here: Trainer.predict re-creates a data module's DataLoader, which not every DataLoader allows
-        data.setup("predict")
-        batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in data.predict_dataloader()]
+        with data_module_errors(data):
+            data.setup("predict")
+            loader = data.predict_dataloader()
+        batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in loader]
         samples = [sample for batch in batches for sample in batch]
         rows = [{"input": f"#{i}"} for i in range(len(samples))]
+    shape, source = tuple(model.hparams.input_shape), "read_file()" if config.inputs else "predict_dataloader()"
+    if (wrong := next((s for s in samples if not isinstance(s, Tensor) or tuple(s.shape) != shape), None)) is not None:
+        got = f"of shape {tuple(wrong.shape)}" if isinstance(wrong, Tensor) else f"that is a {type(wrong).__name__}"
+        raise UserError(
+            f"The data module {name} does not give what it says (input_shape {shape}): its {source} gives a sample "
+            f"{got}, where the model takes samples of shape {shape}. Fix {source} or what {name} says."
+        )
     for row in rows:
         if row.get("status") == "skipped":
             print(f"Skipped {row['input']}: {row['note']}.", file=sys.stderr)

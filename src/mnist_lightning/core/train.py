@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ..lightning_module import Classifier
 from .callbacks import EpochHistory
+from .checks import data_module_errors
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
@@ -43,7 +44,7 @@ def train(
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
-    with lightning_notes_ignored(), lightning_refusals_as_errors():
+    with lightning_notes_ignored(), lightning_refusals_as_errors(datamodule):
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     if trainer.global_step == 0:
@@ -64,10 +65,17 @@ def train(
     # Test the weights that did best on validation, not merely the last ones.
     best = trainer.checkpoint_callback
     best_path = best.best_model_path if best else ""
-    with lightning_notes_ignored():
-        results = trainer.test(
-            model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
-        )
+    try:
+        with lightning_notes_ignored(), lightning_refusals_as_errors(datamodule):
+            results = trainer.test(
+                model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
+            )
+    except (UserError, MisconfigurationException) as error:  # the test data or a test setting: the fit is kept
+        last = run_dir / "checkpoints" / "last.ckpt"
+        if last.is_file():
+            fix = f"once that is fixed, `{resume_hint(run_dir)}` tests it (with any corrected option added)"
+            error.args = (f"{str(error).rstrip('.')}. {last} keeps the trained epochs: {fix}.",)
+        raise
     metrics = run_metrics(
         test=results[0] if results else {},  # none with --limit_test_batches 0
         device=trainer.strategy.root_device,
@@ -98,12 +106,14 @@ def train(
 
 
 @contextmanager
-def lightning_refusals_as_errors() -> Iterator[None]:
+def lightning_refusals_as_errors(datamodule: LightningDataModule) -> Iterator[None]:
     """Settings that Lightning itself can only refuse once the data is known (a --val_check_interval longer than
     an epoch, a callback monitoring a metric that is not logged): its message, without the traceback. Raised by a
-    line of Lightning's own, not by the model's or the data's code, whose errors keep their tracebacks."""
+    line of Lightning's own, not by the model's code, whose errors keep their tracebacks; the data module's
+    are named with its method (:func:`data_module_errors`)."""
     try:
-        yield
+        with data_module_errors(datamodule):
+            yield
     except (ValueError, RuntimeError) as error:
         innermost = traceback.extract_tb(error.__traceback__)[-1].filename
         if f"{os.sep}lightning{os.sep}pytorch{os.sep}" not in innermost:
@@ -173,12 +183,6 @@ def main(argv: list[str] | None = None) -> int:
         except WriteError as error:  # a full disk, say: what was kept, and how to go on once there is room
             where = where_the_run_stands(built[0] if built else None)
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
-            raise
-        except MisconfigurationException as error:  # a setting Lightning refused once the data was known
-            last = built[0].run_dir / "checkpoints" / "last.ckpt" if built else None
-            if last and last.is_file():  # after the fit (--limit_test_batches): the trained epochs are kept
-                fix = f"add the corrected option to `{resume_hint(built[0].run_dir)}` to test it"
-                error.args = (f"{str(error).rstrip('.')}. {last} keeps the trained epochs: {fix}.",)
             raise
 
     def sigterm_stops(signum: int, frame: object) -> None:
