@@ -3,6 +3,7 @@
 import gzip
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 from helpers import TINY_RUN, one_line
 from torchvision.datasets import MNIST
 
+from mnist_lightning.core.cli import build_parser, parse_args
 from mnist_lightning.core.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,6 +171,49 @@ def test_bad_config_files(fake_mnist, tmp_path, capsys, config_text, phrases):
     code = run(fake_mnist, tmp_path / "run", "--config", str(tmp_path / "bad.yaml"))
     assert_clean_failure(capsys, code, 2, phrases, tmp_path / "run")
     assert "usage:" not in capsys.readouterr().err
+
+
+def assert_one_paragraph(capsys, code, phrase):
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.startswith("Error:") and err.count("Error:") == 1 and "\n\n" not in err.strip(), err
+    assert phrase in one_line(err), (phrase, one_line(err))
+
+
+# A value a config file sets is named as the file writes it, with the file: the user typed no flag. A flag typed
+# wins over the file (the last two), so the message is then about the flag.
+@pytest.mark.parametrize(
+    ("config_text", "flags", "phrase"),
+    [
+        ("max_epochs: two\n", [], "Error: max_epochs: two in the config file {file} is not a whole number."),
+        ("max_epochs: -5\n", [], "Error: max_epochs: -5 in the config file {file} is out of range: it must be at"),
+        ("seed: -1\n", [], "Error: seed: -1 in the config file {file} is out of range"),
+        ("data:\n  init_args:\n    val_size: abc\n", [], "Error: data: init_args: val_size: abc in the config file"),
+        ("data:\n  val_size: abc\n", [], "Error: data: val_size: abc in the config file {file} is not a whole"),
+        ("seed: -1\n", ["--seed", "-1"], "Error: --seed -1 is out of range"),
+        ("max_epochs: 3\n", ["--max_epochs", "two"], "Error: --max_epochs two is not a whole number."),
+    ],
+    ids=["parsed", "range", "seed range", "data init_args", "data", "flag and file", "flag over file"],
+)
+def test_a_bad_value_in_a_config_file_names_the_file(tmp_path, capsys, config_text, flags, phrase):
+    (tmp_path / "mine.yaml").write_text(config_text)
+    code = main(["--config", str(tmp_path / "mine.yaml"), "--output_dir", str(tmp_path / "run"), *flags])
+    assert_one_paragraph(capsys, code, phrase.format(file=tmp_path / "mine.yaml"))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "flags"),
+    [("max_epochs: two", []), ("max_epochs: two", ["--max_epochs", "4"]), ("seed: -1", [])],
+    ids=["parsed", "parsed, max_epochs typed", "range"],
+)
+def test_a_bad_value_in_a_resumed_runs_record_names_the_record(tmp_path, capsys, edit, flags):
+    # The record as a run writes it (parsing fails before its checkpoints are looked for), then edited by hand.
+    record = build_parser().dump(parse_args(TINY_RUN))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(re.sub(rf"^{edit.split(':')[0]}: .*$", edit, record, flags=re.M))
+    code = main(["--output_dir", str(tmp_path / "run"), "--ckpt_path", "last", *flags])
+    assert_one_paragraph(capsys, code, f"Error: {edit} in the config file {tmp_path / 'run' / 'config.yaml'} is")
 
 
 @pytest.mark.parametrize(

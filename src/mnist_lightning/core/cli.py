@@ -164,19 +164,24 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     # The flags that say which run this is win over any config file, wherever it comes: a record given after
     # --output_dir R --ckpt_path last (whose output_dir and ckpt_path are null) must not turn the resume into a new run.
     argv += [arg for flag in RUN_FLAGS if (value := flag_value(argv, flag)) is not None for arg in (flag, value)]
+    # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
+    # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
+    record = resume_record(flag_value(argv, "--output_dir"), flag_value(argv, "--ckpt_path"))
+    typed, files = argv, flag_values(argv, "--config")  # what the parse under way reads, for config_file_wording
     try:
-        # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
-        # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
-        record = resume_record(flag_value(argv, "--output_dir"), flag_value(argv, "--ckpt_path"))
         config = None if record else parser.parse_args(argv)
         record = record or resume_record(config.output_dir, config.ckpt_path)
         if record:
             check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
+            typed, files = [], [record]  # the record alone: a bad value there is the record's, whatever is typed
+            recorded = parser.parse_args(["--config", record])
+            typed, files = argv, [record, *files]
             config = parser.parse_args(["--config", record, *argv])
-            refuse_changes(parser.parse_args(["--config", record]), config)
-    except ArgumentError as error:
-        raise parse_error(error, parser) from error
-    check_ranges(config)
+            refuse_changes(recorded, config)
+        check_ranges(config)
+    except (ArgumentError, UserError) as error:
+        message = str(parse_error(error, parser) if isinstance(error, ArgumentError) else error)
+        raise UserError(config_file_wording(message, typed, files)) from error
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
         skip_none = any("skip_null" in arg for arg in print_config)
@@ -193,6 +198,30 @@ def flag_values(argv: list[str], flag: str) -> list[str]:
 
 def flag_value(argv: list[str], flag: str) -> str | None:
     return (flag_values(argv, flag) or [None])[-1]
+
+
+def config_file_wording(message: str, typed: list[str], files: list[str]) -> str:
+    """A message about ``--NAME VALUE`` whose value came from a config file in the file's terms, the file named:
+    ``max_epochs: two in the config file mine.yaml is not a whole number``. A flag typed wins over a file, but
+    jsonargparse checks a file's values as it reads them: the value the message shows tells which was refused."""
+    if not (flag := re.match(r"--([\w.]+)", message)):
+        return message
+    given, rest = flag_values([arg.replace(".init_args.", ".") for arg in typed], flag[0]), message[flag.end() :]
+    for path in reversed(files):  # the last file given wins
+        node, keys = yaml.safe_load(Path(path).read_text()), []
+        for name in flag[1].split("."):  # --data.NAME: data: init_args: NAME, or data: NAME (jsonargparse takes both)
+            if isinstance(node, dict) and name not in node and isinstance(node.get("init_args"), dict):
+                node, keys = node["init_args"], [*keys, "init_args"]
+            if not (isinstance(node, dict) and name in node):
+                break
+            node, keys = node[name], [*keys, name]
+        else:
+            shown = rest.startswith(f" {node} ")  # else as parsed (1e6 as 1000000.0), or none (--data.x is not ...)
+            if given and not (shown and str(node) not in given):
+                return message
+            value = f" {node}" if shown else re.match(r"(?: (?!is )\S+)?", rest)[0]
+            return f"{': '.join(keys)}{':' * bool(value)}{value} in the config file {path}{rest[len(value) :]}"
+    return message
 
 
 def refuse_data_batch_size(argv: list[str]) -> None:
