@@ -135,13 +135,14 @@ class TinyCNN(nn.Module):
 
 
 class MLP(nn.Module):
-    """A hidden layer for samples of any shape."""
+    """A hidden layer for samples of any shape, with dropout if asked (it draws from torch's random generator)."""
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 16) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 16, dropout: float = 0.0) -> None:
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+            nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(), nn.Dropout(dropout)
         )
+        self.layers.append(nn.Linear(hidden, num_classes))
 
     def forward(self, samples: Tensor) -> Tensor:
         return self.layers(samples)

@@ -131,3 +131,17 @@ def test_random_moments_a_few_points(flags, uninterrupted, tmp_path):
     assert all(campaign.resumed()), campaign.as_dict()
     assert campaign.final_exit_code == 0 or campaign.finished_early, campaign.final_stderr
     assert_same_as_uninterrupted(run, uninterrupted)
+
+
+def test_a_users_data_module_that_shuffles_and_a_network_with_dropout_resume_exactly(tmp_path):
+    """own_data.Points reads its batches with DataLoader(shuffle=True) and the MLP draws dropout masks: both from the
+    global random generators, which the checkpoints keep (Lightning's do not)."""
+    flags = ["--data", "own_data.Points", "--net", "own_data.MLP", "--net.dropout", "0.3", "--lr", "0.05"]
+    flags += ["--batch_size", "32", "--quiet", "true", "--max_epochs", str(EPOCHS)]
+    whole = tmp_path / "whole"
+    assert start(train_command(flags, whole)).wait(timeout=300) == 0
+    run = tmp_path / "run"  # 12 steps an epoch: stopped in the middle of the third
+    signal = signal_at("SIGTERM", "batch", tmp_path / "fired", step=30)
+    campaign = interrupt_and_resume([*flags, *signal], run, [("SIGTERM", 10_000)])  # the harness only waits
+    assert campaign.interrupts[0].exit_code == 143 and campaign.final_exit_code == 0, campaign.final_stderr
+    assert_same_as_uninterrupted(run, whole)

@@ -4,11 +4,13 @@ a bar in a terminal, a line per epoch in a log file."""
 
 import math
 import os
+import random
 import sys
 import time
 from functools import partial
 from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
@@ -48,7 +50,8 @@ class EpochHistory(Callback):
     """Each epoch's time and metrics, and the whole run's fit time and seed, kept in its checkpoints for a resumed
     run. A loss that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: dict | None = None) -> None:
+        self.settings = settings or {}  # the run's resolved options: a resume checks its record against them
         self.rows: list[dict] = []
         self.fit_seconds_before = 0.0  # of a resumed run's earlier segments
         self.first_step = 0  # the global step this process starts training from
@@ -89,9 +92,32 @@ class EpochHistory(Callback):
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         # What seed_everything set: a resume checks that its record still says it (it orders the data).
         checkpoint["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        checkpoint["settings"] = self.settings
+        checkpoint["random_states"] = random_states()
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         self.first_step = checkpoint.get("global_step", 0)
+        if "random_states" in checkpoint:
+            set_random_states(checkpoint["random_states"])
+
+
+def random_states() -> dict:
+    """The random generators' states, as plain values and tensors. Lightning keeps none in a checkpoint, so a resumed
+    run would draw other dropout masks and, from a DataLoader with ``shuffle=True``, another order of batches."""
+    kind, keys, *position = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *position]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_random_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    random.setstate(tuple(item if not isinstance(item, list) else tuple(item) for item in states["python"]))
+    kind, keys, *position = states["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
+    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 # --max_time, checked at each epoch's end: a run it stops holds whole epochs. (Lightning's check after every batch
