@@ -53,4 +53,12 @@ def run(module: str) -> int:
     """Import the entry point's module, then call its ``main()``."""
     with project_imports():
         main = importlib.import_module(module).main
-    return main()
+    return finished(main())
+
+
+def finished(status: int) -> int:
+    """The exit status of a command that has ended: a stop while Python shuts down (seconds, with torch loaded)
+    would only turn it into a failure, and print nothing."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    return status

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from _entry import project_imports
+from _entry import finished, project_imports
 
 with project_imports():
     import torch
@@ -64,4 +64,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finished(main()))

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _entry import project_imports
+from _entry import finished, project_imports
 
 with project_imports():
     import torch
@@ -249,4 +249,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(finished(main()))

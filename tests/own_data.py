@@ -193,13 +193,18 @@ class Mislabelled(Points):
 
 class Broken(Points):
     """A mistake in one of its methods (``broken``): a DataLoader given both ``shuffle`` and a ``sampler``, which
-    torch refuses; or (``predict_samples``) a predict set of samples wider than its input_shape."""
+    torch refuses; a file written where none can be (``prepare_data``); or (``predict_samples``) a predict set of
+    samples wider than its input_shape."""
 
     def __init__(self, batch_size: int = 32, broken: str = "none") -> None:
         super().__init__(batch_size)
         self.broken = broken
         if broken == "predict_samples":
             self.sets["predict"] = TensorDataset(torch.zeros(6, 5))
+
+    def prepare_data(self) -> None:
+        if self.broken == "prepare_data":  # its files, say, in a folder that cannot be
+            Path("/proc/no/such/folder/points.npz").write_bytes(b"")
 
     def loader(self, stage: str, method: str) -> DataLoader:
         data, shuffle = self.sets[stage], stage == "train"

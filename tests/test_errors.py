@@ -469,3 +469,19 @@ def test_evaluate_refuses_a_batch_size_below_one(capsys):
 
     assert evaluate_main(["--ckpt_path", "x.ckpt", "--batch_size", "0"]) == 2
     assert "--batch_size 0 is out of range: it must be above 0" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_finished_script_exits_leaves_its_status(tmp_path, name):
+    """Ctrl-C or SIGTERM once the command is done, while Python shuts down (here: at its last exit handler)."""
+    stop = f"import atexit, os, signal\natexit.register(lambda: os.kill(os.getpid(), signal.{name}))\n"
+    (tmp_path / "sitecustomize.py").write_text(stop)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "devices.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PYTHONPATH": path},
+    )
+    assert result.returncode == 0 and not result.stderr, result.stderr

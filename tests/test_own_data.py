@@ -429,16 +429,22 @@ def test_batches_that_break_what_the_data_module_says_are_named(tmp_path, capfd,
 
 # Run as a user runs them, each in its own process: Lightning 2.6 leaves DataLoader's __init__ patched after an
 # error inside a *_dataloader() (its _replace_dunder_methods has no finally), which would reach the later tests here.
-@pytest.mark.parametrize("method", ["train_dataloader", "val_dataloader"])
-def test_a_data_module_method_that_fails_is_named_with_its_line(tmp_path, method):
+@pytest.mark.parametrize(
+    ("method", "reason"),
+    [
+        ("train_dataloader", "sampler option is mutually exclusive with shuffle (ValueError)"),
+        ("val_dataloader", "sampler option is mutually exclusive with shuffle (ValueError)"),
+        ("prepare_data", "No such file or directory: '/proc/no/such/folder/points.npz' (FileNotFoundError)"),
+    ],
+)
+def test_a_data_module_method_that_fails_is_named_with_its_line(tmp_path, method, reason):
     """The user's own DataLoader raises (torch refuses shuffle with a sampler) while Lightning sets up the fit."""
     flags = ["--data", "own_data.Broken", "--data.broken", method, "--max_epochs", "1"]
     result = script("train", *flags, "--output_dir", str(tmp_path / "run"), *QUIET)
     message = after_banners(result.stderr)
     assert result.returncode == 1, result.stderr
     assert f"The data module Broken failed in its {method}() (" in message and "own_data.py:" in message
-    assert "sampler option is mutually exclusive with shuffle (ValueError)" in message
-    assert f"Fix {method}() in Broken." in message
+    assert reason in message and f"Fix {method}() in Broken." in message
     assert not (tmp_path / "run").exists()
 
 

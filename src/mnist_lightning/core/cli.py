@@ -51,6 +51,7 @@ from .checks import (
     check_launched,
     check_monitors,
     check_ranges,
+    data_module_errors,
     data_sizes,
     refuse_empty_training,
 )
@@ -317,7 +318,8 @@ def build_training(config: Namespace) -> Training:
         if weights and not resuming:
             load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
         if rank_zero_only.rank == 0:
-            datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
+            with data_module_errors(datamodule):
+                datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
         check_monitors(as_list(built.callbacks), model)
         trainer = build_trainer(built, run_dir, resuming)
         record_classes(model, datamodule, config)
