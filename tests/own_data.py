@@ -184,6 +184,7 @@ class Mislabelled(Points):
             "float": (samples, labels.float()),
             "high": (samples, labels + 1),
             "negative": (samples, labels - 1),
+            "nan": (samples.where(torch.arange(len(samples))[:, None] % 7 > 0, torch.nan), labels),
         }
         if fault == "dict":
             self.sets[stage] = [{"x": x, "y": y} for x, y in zip(samples, labels, strict=True)]
@@ -223,3 +224,16 @@ class Broken(Points):
 
     def predict_dataloader(self) -> DataLoader:
         return self.loader("predict", "predict_dataloader")
+
+
+class Empty(Points):
+    """One of its sets (``empty``: train, val or test) holds no sample. (Its training set is read in order:
+    shuffled, an empty one is refused by torch's RandomSampler, as a failing train_dataloader().)"""
+
+    def __init__(self, batch_size: int = 32, empty: str = "none") -> None:
+        super().__init__(batch_size)
+        if empty in self.sets:
+            self.sets[empty] = TensorDataset(*(tensor[:0] for tensor in self.sets[empty].tensors))
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["train"], batch_size=self.batch_size)

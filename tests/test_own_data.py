@@ -23,6 +23,7 @@ import pytest
 import torch
 import yaml
 from helpers import one_line
+from lightning.pytorch import LightningDataModule
 
 import mnist_lightning.core.evaluate as evaluate_module
 from mnist_lightning.core.checkpoints import load_checkpoint
@@ -415,6 +416,7 @@ def test_a_data_module_without_a_test_set_trains_with_limit_test_batches_0(tmp_p
         ("high", "train", "train_dataloader() holds labels from 1 to 3"),
         ("negative", "val", "val_dataloader() holds labels from -1 to 1"),
         ("dict", "train", "train_dataloader() holds a dict (keys 'x', 'y')"),
+        ("nan", "train", "train_dataloader() holds samples that are not finite (NaN or inf)"),
     ],
 )
 def test_batches_that_break_what_the_data_module_says_are_named(tmp_path, capfd, fault, stage, holds):
@@ -423,7 +425,7 @@ def test_batches_that_break_what_the_data_module_says_are_named(tmp_path, capfd,
     assert train_main([*flags, "--batch_size", "32", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
     message = one_paragraph(capfd.readouterr().err)
     assert "The data module Mislabelled does not give what it says (input_shape (2,), num_classes 3)" in message
-    assert holds in message and "samples of shape (batch, 2), labels int64 class indices from 0 to 2" in message
+    assert holds in message and "finite samples of shape (batch, 2), labels int64 class indices from 0 to 2" in message
     assert not (tmp_path / "run").exists()
 
 
@@ -492,3 +494,40 @@ def test_a_bad_test_batch_found_after_training_says_how_to_test_the_kept_run(tmp
     monkeypatch.setattr(own_data.Mislabelled, "test_dataloader", lambda self: fixed(own_data.Points(self.batch_size)))
     assert train_main(["--output_dir", str(run), "--ckpt_path", "last", *QUIET]) == 0
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
+
+
+@pytest.mark.parametrize(
+    ("empty", "said"),
+    [
+        ("train", "gave no training batch (its train_dataloader() is empty), so there is no trained model to test"),
+        ("val", "gave no validation batch (its val_dataloader() is empty)"),
+        ("test", "gave no test batch (its test_dataloader() is empty), so nothing could be tested"),
+    ],
+)
+def test_an_empty_set_is_named_not_warned_of(tmp_path, capfd, empty, said):
+    """Lightning only warns of an empty DataLoader (and a run would report nothing, or a best checkpoint never
+    chosen); the run says which set of the data module is empty."""
+    flags = ["--data", "own_data.Empty", "--data.empty", empty, "--max_epochs", "1", "--batch_size", "32"]
+    assert train_main([*flags, "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
+    captured = capfd.readouterr()
+    message = one_paragraph(captured.err.split("Error: ", 1)[-1].join(["Error: ", ""]))
+    assert f"The data module Empty {said}" in message
+    assert "Warning" not in captured.err + captured.out and not (tmp_path / "run" / "metrics.json").exists()
+    if empty == "test":  # found after training: the trained run is kept
+        assert "keeps the trained epochs" in message
+        last = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+        assert evaluate_main(["--ckpt_path", last, "--output_dir", str(tmp_path / "e")]) == 2
+        err = capfd.readouterr().err
+        assert said in err.replace("\n", " ") and "Warning" not in err
+
+
+def test_a_data_module_without_validation_trains_and_tests_its_last_weights(tmp_path, capfd, monkeypatch):
+    import own_data
+
+    monkeypatch.setattr(own_data.TrainOnly, "val_dataloader", LightningDataModule.val_dataloader)  # Lightning's own
+    flags = ["--data", "own_data.TrainOnly", "--batch_size", "32", "--max_epochs", "1"]
+    assert train_main([*flags, "--output_dir", str(tmp_path / "run"), *QUIET]) == 0
+    captured = capfd.readouterr()
+    assert "could not find the monitored key" not in captured.err and "Warning" not in captured.err
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["best_val/acc"] is None and metrics["test/acc"] is not None

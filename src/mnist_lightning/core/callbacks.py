@@ -16,6 +16,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 
 from .checks import check_batch
+from .errors import UserError
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
@@ -38,6 +39,18 @@ class BatchCheck(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         self.check(trainer, pl_module, batch, batch_idx, "train_dataloader")
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
+        if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
+            name = type(trainer.datamodule).__name__
+            raise UserError(
+                f"The data module {name} gave no validation batch (its val_dataloader() is empty), so there is "
+                "nothing to choose the best checkpoint by: give it validation samples, or pass --limit_val_batches 0 "
+                "to train without validation (the run then tests its last weights)."
+            )
+
+    on_train_epoch_end = on_train_start
 
     def on_validation_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx=0) -> None:
         self.check(trainer, pl_module, batch, batch_idx, "val_dataloader")
@@ -79,7 +92,8 @@ class EpochHistory(Callback):
             raise DivergedError(
                 f"Training diverged: the training loss of epoch {trainer.current_epoch} is {loss} (lr "
                 f"{hparams.get('lr')}, optimizer {hparams.get('optimizer')}, precision {precision}). Nothing of that "
-                f"epoch was saved: checkpoints/ holds the last finite weights, if any. Start a new run with {fix}."
+                f"epoch was saved: checkpoints/ holds the last finite weights, if any. Unless the data or the network "
+                f"gives NaN or inf (then fix that), start a new run with {fix}."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
 

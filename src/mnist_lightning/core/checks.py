@@ -14,7 +14,7 @@ import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.core.mixins import HyperparametersMixin
 from lightning.pytorch.utilities.model_helpers import is_overridden
@@ -255,6 +255,15 @@ def data_module_errors(datamodule: LightningDataModule) -> Iterator[None]:
         ) from error
 
 
+def check_tested(trainer: Trainer) -> None:
+    """After ``trainer.test``: an empty test set (Lightning would only warn, and report nothing)."""
+    if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
+        raise UserError(
+            f"The data module {type(trainer.datamodule).__name__} gave no test batch (its test_dataloader() is "
+            "empty), so nothing could be tested: give it test samples, or pass --limit_test_batches 0 not to test."
+        )
+
+
 def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int) -> None:
     """A batch of the data module's ``loader`` (train_dataloader, ...) against what the data module says: a
     (samples, labels) pair, samples of its input_shape, labels class indices from 0 to num_classes - 1 (int64, or
@@ -266,6 +275,8 @@ def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape:
         got = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, list | tuple) else "")
     elif tuple(batch[0].shape[1:]) != tuple(shape):
         got = f"samples of shape {tuple(batch[0].shape)}"
+    elif batch[0].is_floating_point() and not bool(torch.isfinite(batch[0]).all()):
+        got = "samples that are not finite (NaN or inf)"
     elif batch[1].dtype not in (torch.long, torch.uint8) or batch[1].shape != batch[0].shape[:1]:
         got = f"labels of {batch[1].dtype} and shape {tuple(batch[1].shape)}"
     elif len(batch[1]) and not (0 <= batch[1].min() and batch[1].max() < classes):
@@ -274,9 +285,9 @@ def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape:
         name = type(datamodule).__name__
         raise UserError(
             f"The data module {name} does not give what it says (input_shape {tuple(shape)}, num_classes {classes}): "
-            f"the first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: samples "
-            f"of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to {classes - 1} of "
-            f"shape (batch,). Fix {loader}() or what {name} says."
+            f"the first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: finite "
+            f"samples of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to "
+            f"{classes - 1} of shape (batch,). Fix {loader}() or what {name} says."
         )
 
 

@@ -30,6 +30,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..lightning_module import Classifier
 from ..model import MATMUL_HELP
@@ -559,8 +560,9 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False) -> T
     if logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if config.enable_checkpointing is not False:
-        # Without validation (--limit_val_batches 0) there is no best: the run tests its last weights.
-        callbacks += [best_checkpoint(run_dir / "checkpoints")] * (config.limit_val_batches != 0)
+        # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
+        validated = config.limit_val_batches != 0 and is_overridden("val_dataloader", config.data, LightningDataModule)
+        callbacks += [best_checkpoint(run_dir / "checkpoints")] * validated
         callbacks.append(last_checkpoint(run_dir / "checkpoints"))
     plugins = as_list(config.plugins)
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):

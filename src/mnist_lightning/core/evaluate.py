@@ -13,11 +13,12 @@ from lightning.pytorch import LightningDataModule, Trainer
 from ..lightning_module import Classifier
 from .callbacks import BatchCheck, progress_display
 from .checkpoints import Checkpoint, load_checkpoint
-from .checks import data_module_errors
+from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, Parser, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
 from .records import discard_new_run, new_run_dir, run_metrics, write_json
+from .workarounds import lightning_notes_ignored
 
 
 def build_parser() -> ArgumentParser:
@@ -48,8 +49,9 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
 
 def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
     start = time.perf_counter()
-    with data_module_errors(datamodule):
-        (results,) = trainer.test(model, datamodule=datamodule, verbose=False)
+    with data_module_errors(datamodule), lightning_notes_ignored():
+        (results,) = trainer.test(model, datamodule=datamodule, verbose=False) or [{}]
+    check_tested(trainer)
     kept = {"devices": trainer.num_devices, "precision": trainer.precision, "test_seconds": time.perf_counter() - start}
     device, batch_size = trainer.strategy.root_device, datamodule.hparams.batch_size
     metrics = run_metrics(test=results, device=device, epochs=epochs, history=[], batch_size=batch_size, **kept)

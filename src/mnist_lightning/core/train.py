@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ..lightning_module import Classifier
 from .callbacks import EpochHistory
-from .checks import data_module_errors
+from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
@@ -47,6 +47,11 @@ def train(
     with lightning_notes_ignored(), lightning_refusals_as_errors(datamodule):
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    if trainer.global_step == 0 and trainer.num_training_batches == 0:
+        raise NothingTrainedError(
+            f"The data module {type(datamodule).__name__} gave no training batch (its train_dataloader() is empty), "
+            "so there is no trained model to test: give it training samples."
+        )
     if trainer.global_step == 0:
         raise NothingTrainedError(
             "The run ended before its first training step (its time limit or batch limits left no step), so there "
@@ -70,6 +75,7 @@ def train(
             results = trainer.test(
                 model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
             )
+        check_tested(trainer)
     except (UserError, MisconfigurationException) as error:  # the test data or a test setting: the fit is kept
         last = run_dir / "checkpoints" / "last.ckpt"
         if last.is_file():
