@@ -261,3 +261,13 @@ def test_ctrl_c_while_the_plots_are_drawn_says_the_run_is_complete(fake_mnist, t
     monkeypatch.undo()
     assert mnist_lightning.core.plots.main([str(run)]) == 0  # the command the message gives
     assert (run / "curves.png").is_file() and (run / "confusion_matrix.png").is_file()
+
+
+def test_a_run_without_its_last_ckpt_says_what_its_kept_weights_can_do(fake_mnist, tmp_path, capsys):
+    run(fake_mnist, tmp_path / "run")
+    (tmp_path / "run" / "checkpoints" / "last.ckpt").unlink()  # deleted by hand, say, to save space
+    assert main(["--output_dir", str(tmp_path / "run"), "--ckpt_path", "last", "--max_epochs", "4"]) == 2
+    message = one_line(capsys.readouterr().err)
+    (best,) = (tmp_path / "run" / "checkpoints").glob("best-*.ckpt")
+    assert "its resume point, which is gone" in message and f"evaluate.py --ckpt_path {best}" in message
+    assert f"train.py --ckpt_path {best})" in message

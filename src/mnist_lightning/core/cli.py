@@ -459,6 +459,13 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
             file=sys.stderr,
         )
         resuming = False
+    elif resuming and not last.is_file() and (kept := sorted(last.parent.glob("*.ckpt"))):
+        raise UserError(
+            f"--ckpt_path last resumes the run in --output_dir from {last}, its resume point, which is gone ("
+            f"{last.parent} holds {', '.join(path.name for path in kept)}). The run cannot go on without it; its kept "
+            f"weights can be tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run "
+            f"(scripts/train.py --ckpt_path {kept[0]})."
+        )
     elif resuming and not last.is_file():
         raise UserError(
             f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of a run "
