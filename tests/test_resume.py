@@ -3,6 +3,7 @@ the differences listed, and the records say what was used."""
 
 import json
 import math
+import re
 import shutil
 
 import pytest
@@ -235,3 +236,69 @@ def test_a_resume_refuses_a_record_that_no_longer_says_how_the_run_was_trained(
     err = one_line(capsys.readouterr().err)
     assert phrase in err and "Traceback" not in err, err
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 1  # the run is as it was
+
+
+@pytest.fixture(scope="module")
+def clipped(data, tmp_path_factory):
+    """A run of one epoch with Trainer settings that its checkpoint alone would not say (Lightning keeps none)."""
+    run = tmp_path_factory.mktemp("clipped") / "run"
+    settings = ["--accumulate_grad_batches", "2", "--gradient_clip_val", "0.5", "--precision", "64"]
+    assert main(flags(data, run, "--max_epochs", "1", *settings)) == 0
+    (run / "metrics.json").unlink()  # as if stopped before testing: a resume has something left to do
+    return run
+
+
+def cut_record(text: str, damage: str) -> str:
+    """config.yaml edited by hand, or cut short as a full disk or a copy stopped midway leaves it."""
+    if damage == "edited":
+        text = text.replace("precision: 64", "precision: 32-true").replace("grad_batches: 2", "grad_batches: 1")
+        return text.replace("gradient_clip_val: 0.5", "gradient_clip_val: null")
+    how, at = damage.split(" ")
+    if how == "lines":
+        return "".join(text.splitlines(keepends=True)[: int(at)])
+    key, more = at.split("+")  # mid-line: a few characters into `key`, at the start of a line (after its indent)
+    return text[: re.search(rf"^ *({key})", text, flags=re.MULTILINE).start(1) + int(more)]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        *("edited", "lines 5", "lines 15", "lines 28", "lines 45", "lines 61"),
+        *("bytes init_args:+3", "bytes data_dir:+2", "bytes lr:+6", "bytes precision:+12", "bytes logger:+9"),
+    ],
+)
+def test_a_record_edited_or_cut_short_is_refused_and_the_run_left_as_it_was(clipped, tmp_path, capsys, damage):
+    """Found by a new-user trial: a record cut short or edited went on with other Trainer settings (no clipping,
+    no accumulation, 32-bit) and was rewritten with them; cut mid-line, it said "'str' object has no attribute"."""
+    run = tmp_path / "run"
+    shutil.copytree(clipped, run)
+    record, last = run / "config.yaml", run / "checkpoints" / "last.ckpt"
+    record.write_text(cut_record(record.read_text(), damage))
+    before, weights = record.read_text(), last.read_bytes()
+    capsys.readouterr()
+    assert resume(run, "--max_epochs", "2") == 2
+    err = capsys.readouterr().err
+    message = one_line(err)
+    assert str(record) in message and "Traceback" not in err and "\n\n" not in err.strip(), err
+    if damage == "edited":
+        listed = [
+            "--precision: '32-true' in the record, 64",
+            "--accumulate_grad_batches: 1",
+            "--gradient_clip_val: None",
+        ]
+        assert all(flag in message for flag in listed) and "it was edited after the run started" in message, message
+    else:
+        assert "is the record of the run being resumed, and it is incomplete" in message, message
+    assert record.read_text() == before and last.read_bytes() == weights and not (run / "metrics.json").exists()
+
+
+def test_a_resume_keeps_the_trainer_settings_of_its_record(clipped, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(clipped, run)
+    assert resume(run) == 0  # as it was: tested
+    assert resume(run, "--max_epochs", "2") == 0  # and trained longer
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 2
+    record = (run / "config.yaml").read_text()
+    assert all(line in record for line in ("precision: 64", "accumulate_grad_batches: 2", "gradient_clip_val: 0.5"))
+    settings = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["settings"]
+    assert settings["precision"] == 64 and settings["gradient_clip_val"] == 0.5 and "max_epochs" not in settings

@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import inspect
 import itertools
+import json
 import logging
 import os
 import re
@@ -73,6 +74,8 @@ RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_no
 RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"}
 RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read
 RESUMABLE_CHANGES |= {"limit_test_batches"}  # how much of the test set a finished fit is tested on
+# Not what a run is: which run it is, and data.init_args.batch_size, which is --batch_size (linked).
+NOT_COMPARED = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.init_args.batch_size"}
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
 RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
@@ -174,6 +177,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
         config = None if record else parser.parse_args(argv)
         record = record or resume_record(config.output_dir, config.ckpt_path)
         if record:
+            refuse_cut_record(record)
             check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
             typed, files = [], [record]  # the record alone: a bad value there is the record's, whatever is typed
             recorded = parser.parse_args(["--config", record])
@@ -246,6 +250,27 @@ def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
     return str(record) if ckpt_path == "last" and output_dir and record.is_file() else None
 
 
+def refuse_cut_record(record: str) -> None:
+    """A run writes its whole record, every option on a line: one cut short (a full disk, a copy stopped midway)
+    would resume with defaults for what it lost, or fail on half a line with a message about that line."""
+    text = Path(record).read_text(errors="replace")  # not text at all: check_config_file says so
+    try:
+        written = yaml.safe_load(text)
+    except yaml.YAMLError:
+        written = None
+    options = [key for key in vars(build_parser().get_defaults()) if key != "config"]  # a record's, in its order
+    lacks = [option for option in options if option not in written] if isinstance(written, dict) else []
+    if text.endswith("\n") and not lacks:
+        return
+    reason = "its last line stops mid-way" if text.strip() else "it is empty"
+    if lacks:
+        reason = f"it has no line for --{', --'.join(lacks[:4])}" + f" and {len(lacks) - 4} more" * (len(lacks) > 4)
+    raise UserError(
+        f"{record} is the record of the run being resumed, and it is incomplete: {reason} (a run writes every option "
+        "there). Restore it (from a backup or a copy of the run), or start a new run."
+    )
+
+
 def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) -> Namespace:
     """``parser.parse_args(argv)`` for the other entry points (parsers made with ``exit_on_error=False``), a mistake
     as one paragraph instead of jsonargparse's usage dump."""
@@ -266,10 +291,8 @@ def parse_error(error: ArgumentError, parser: ArgumentParser) -> UserError:
 
 
 def refuse_changes(recorded: Namespace, config: Namespace) -> None:
-    # data.init_args.batch_size is --batch_size, linked: a change is listed once, as --batch_size.
-    ignored = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.init_args.batch_size"}
     keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
-    changed = [key for key in keys if not {key, key.split(".")[0]} & ignored and config[key] != recorded.get(key)]
+    changed = [key for key in keys if not {key, key.split(".")[0]} & NOT_COMPARED and config[key] != recorded.get(key)]
     if changed:
         listed = "; ".join(f"{as_flag(key)} {recorded.get(key)} -> {config[key]}" for key in changed)
         raise UserError(
@@ -322,7 +345,7 @@ def build_training(config: Namespace) -> Training:
             with data_module_errors(datamodule):
                 datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
         check_monitors(as_list(built.callbacks), model)
-        trainer = build_trainer(built, run_dir, resuming)
+        trainer = build_trainer(built, run_dir, resuming, run_settings(config))
         record_classes(model, datamodule, config)
         if trainer.is_global_zero:
             # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time
@@ -415,21 +438,15 @@ def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
     return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
 
 
-def class_settings(config: Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The model's and the data module's settings in ``config``, class paths included, as their checkpoints keep
-    them (:func:`record_classes`) and a resume compares them (:func:`check_record`)."""
-    settings = config.as_dict()
-    model = arguments_of(Classifier, Namespace(settings))
-    if not isinstance(model.get("net"), dict):  # a function that builds the network: kept as its import path
-        model["net"] = network_path(config.net)
-    return model, {**(settings["data"].get("init_args") or {}), "_class_path": settings["data"]["class_path"]}
-
-
 def record_classes(model: Classifier, datamodule: LightningDataModule, config: Namespace) -> None:
     """Keep the model's and the data module's settings, class paths included, as their hyperparameters, the way
     LightningCLI does: a checkpoint then rebuilds any ``--net`` and ``--data`` through ``load_from_checkpoint``
     and Lightning's own ``instantiate_module``, with no pickled code in the file."""
-    chosen, data = class_settings(config)
+    settings = config.as_dict()
+    chosen = arguments_of(Classifier, Namespace(settings))
+    if not isinstance(chosen.get("net"), dict):  # a function that builds the network: kept as its import path
+        chosen["net"] = network_path(config.net)
+    data = {**(settings["data"].get("init_args") or {}), "_class_path": settings["data"]["class_path"]}
     model.save_hyperparameters({**model.hparams, **chosen, "_instantiator": INSTANTIATOR})
     datamodule.save_hyperparameters({**data, "_instantiator": INSTANTIATOR})
 
@@ -487,34 +504,37 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
 
 
 def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
-    """A resumed run's record (config.yaml, which can be lost or edited) must say what its checkpoint was trained
-    with: else the finished run would be a mix of two configurations, or the weights would not fit the network."""
-    if not (run_dir / RUN_RECORD).is_file():
+    """A resumed run's record (config.yaml, which can be lost, edited or cut short) must say what its checkpoint was
+    trained with: else the finished run would be a mix of two configurations, or the weights would not fit."""
+    record = run_dir / RUN_RECORD
+    if not record.is_file():
         raise UserError(
             f"{run_dir} has a checkpoint but no {RUN_RECORD}, which says how the run was configured, so it cannot be "
             f"resumed as it was. Restore {RUN_RECORD} (from a backup or a copy of the run), or start a new run."
         )
-    given = by_flag(*class_settings(config), config.seed)
-    trained = contents["hyper_parameters"], contents["datamodule_hyper_parameters"]
-    kept = by_flag(*trained, contents.get("seed", config.seed))  # by EpochHistory; not in checkpoints older than it
+    kept, given = contents.get("settings") or {}, run_settings(config)  # none in checkpoints older than EpochHistory's
     differ = [
-        f"{flag}: {value!r} in the record, {kept[flag]!r} in the checkpoint"
-        for flag, value in given.items()
-        if flag in kept and flag[2:].replace(".", ".init_args.") not in RESUMABLE_CHANGES and kept[flag] != value
+        f"{as_flag(key)}: {given.get(key)!r} in the record, {value!r} in the checkpoint"
+        for key, value in kept.items()
+        if given.get(key) != value
     ]
     if differ:
         raise UserError(
-            f"{run_dir / RUN_RECORD} does not say what {run_dir / 'checkpoints' / 'last.ckpt'} was trained with "
+            f"{record} does not say what {run_dir / 'checkpoints' / 'last.ckpt'} was trained with "
             f"({'; '.join(differ)}): it was edited after the run started. Restore the values the run was trained "
             "with, or start a new run with the new ones."
         )
 
 
-def by_flag(model: dict[str, Any], data: dict[str, Any], seed: int) -> dict[str, Any]:
-    """A run's settings by the flag that sets them: --lr, --data (the class path), --data.NAME, --batch_size, --seed."""
-    named = {f"--data.{key}": value for key, value in data.items() if key not in ("batch_size", "_class_path")}
-    settings = {f"--{key}": value for key, value in model.items()} | named
-    return settings | {"--data": data.get("_class_path"), "--batch_size": data.get("batch_size"), "--seed": seed}
+def run_settings(config: Namespace) -> dict[str, Any]:
+    """What a run is, by the dotted keys of ``config`` (not built): every option but :data:`NOT_COMPARED`, as plain
+    values (what a record holds; ``torch.load(weights_only=True)`` reads them), which its checkpoints keep."""
+    keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
+    kept = {key: config[key] for key in keys if not {key, key.split(".")[0]} & NOT_COMPARED}
+    plain = json.dumps(
+        kept, default=lambda value: value.as_dict() if isinstance(value, Namespace) else network_path(value)
+    )
+    return json.loads(plain)
 
 
 def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
@@ -559,9 +579,9 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
     return config.logger  # False, or Logger objects built from class paths
 
 
-def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False) -> Trainer:
+def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False, settings: dict | None = None) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
-    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory()]
+    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings)]
     if config.max_time is not None:
         callbacks.append(EpochTimer(config.max_time))
     if logger:
