@@ -209,7 +209,7 @@ def test_a_bad_value_in_a_config_file_names_the_file(tmp_path, capsys, config_te
 )
 def test_a_bad_value_in_a_resumed_runs_record_names_the_record(tmp_path, capsys, edit, flags):
     # The record as a run writes it (parsing fails before its checkpoints are looked for), then edited by hand.
-    record = build_parser().dump(parse_args(TINY_RUN))
+    record = build_parser().dump(parse_args(TINY_RUN), skip_none=False)  # as a run writes it
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text(re.sub(rf"^{edit.split(':')[0]}: .*$", edit, record, flags=re.M))
     code = main(["--output_dir", str(tmp_path / "run"), "--ckpt_path", "last", *flags])
