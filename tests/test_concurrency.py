@@ -38,7 +38,7 @@ def test_two_trainings_started_together_into_one_folder(flags, tmp_path):
     code, stderr = ended[loser]
     message = one_line(stderr)
     assert code == 2 and "Traceback" not in stderr, stderr
-    assert "is in use by a run that has not ended" in message or "already holds files from an earlier run" in message
+    assert "in use by another command that has not ended" in message or "already holds files from an earlier" in message
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["seed"] == winners[0] and f"seed: {winners[0]}" in (run / "config.yaml").read_text()
 
@@ -53,7 +53,7 @@ def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp
         time.sleep(0.05)
     second = start(train_command(["--ckpt_path", "last"], run))
     _, stderr = second.communicate(timeout=120)
-    assert second.returncode == 2 and "is in use by a run that has not ended" in one_line(stderr), stderr
+    assert second.returncode == 2 and "is in use by another command that has not ended" in one_line(stderr), stderr
     assert "scripts/train.py" in one_line(stderr)  # the running command is named
     go.touch()
     assert first.wait(timeout=300) == 0
@@ -98,5 +98,5 @@ def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkp
         assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
     finally:
         process.kill()
-    assert "is in use by a run that has not ended" in one_line(capsys.readouterr().err)
+    assert "is in use by another command that has not ended" in one_line(capsys.readouterr().err)
     assert not (run / "checkpoints" / "exports" / "model.pt2").exists()

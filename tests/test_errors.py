@@ -89,6 +89,11 @@ BAD_FLAGS = [
     (["--strategy", "nonsense"], 2, ["invalid strategy name", "ddp"]),
     (["--precision", "12"], 2, ["precision"]),
     (["--batch_size", "0"], 2, ["--batch_size 0 is out of range: it must be at least 1"]),
+    # Larger than Python's index type takes: the DataLoader's islice failed with a traceback.
+    (["--batch_size", "99999999999999999999999"], 2, ["99999999999999999999999 is out of range: it must be at least"]),
+    (["--batch_size", "1e9"], 2, ["--batch_size 1e9 is not a whole number as written: write 1000000000."]),
+    (["--max_epochs", "1e2"], 2, ["--max_epochs 1e2 is not a whole number as written: write 100."]),
+    (["--seed", "2.5"], 2, ["--seed 2.5 is not a whole number. Run"]),
     (["--lr", "-1"], 2, ["lr must be above 0, got -1.0"]),
     (
         ["--data.val_size", "70000"],
@@ -192,8 +197,13 @@ def assert_one_paragraph(capsys, code, phrase):
         ("data:\n  val_size: abc\n", [], "Error: data: val_size: abc in the config file {file} is not a whole"),
         ("seed: -1\n", ["--seed", "-1"], "Error: --seed -1 is out of range"),
         ("max_epochs: 3\n", ["--max_epochs", "two"], "Error: --max_epochs two is not a whole number."),
+        (
+            "seed: 1e3\n",
+            [],
+            "Error: seed: 1000.0 in the config file {file} is not a whole number as written: write 1000.",
+        ),
     ],
-    ids=["parsed", "range", "seed range", "data init_args", "data", "flag and file", "flag over file"],
+    ids=["parsed", "range", "seed range", "data init_args", "data", "flag and file", "flag over file", "exponent"],
 )
 def test_a_bad_value_in_a_config_file_names_the_file(tmp_path, capsys, config_text, flags, phrase):
     (tmp_path / "mine.yaml").write_text(config_text)
@@ -468,7 +478,7 @@ def test_evaluate_refuses_a_batch_size_below_one(capsys):
     from mnist_lightning.core.evaluate import main as evaluate_main
 
     assert evaluate_main(["--ckpt_path", "x.ckpt", "--batch_size", "0"]) == 2
-    assert "--batch_size 0 is out of range: it must be above 0" in one_line(capsys.readouterr().err)
+    assert "--batch_size 0 is out of range: it must be at least 1" in one_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
@@ -485,3 +495,10 @@ def test_a_stop_while_a_finished_script_exits_leaves_its_status(tmp_path, name):
         env=os.environ | {"PYTHONPATH": path},
     )
     assert result.returncode == 0 and not result.stderr, result.stderr
+
+
+def test_a_whole_batch_size_written_with_an_exponent_in_a_config_file_is_taken(tmp_path, capsys):
+    (tmp_path / "mine.yaml").write_text("batch_size: 1e3\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["--config", str(tmp_path / "mine.yaml"), "--print_config"])
+    assert stop.value.code == 0 and "\nbatch_size: 1000\n" in capsys.readouterr().out

@@ -57,7 +57,7 @@ def test_a_bad_batch_size_is_named_not_blamed_on_the_checkpoint(trained, tmp_pat
     )
     err = one_line(capsys.readouterr().err)
     assert (
-        err.startswith("Error: --batch_size 0 is out of range: it must be above 0.") and not (tmp_path / "e").exists()
+        err.startswith("Error: --batch_size 0 is out of range: it must be at least 1") and not (tmp_path / "e").exists()
     )
 
 
@@ -169,3 +169,49 @@ def test_a_stop_arriving_as_it_finishes_does_not_fail_a_complete_result(trained,
     assert json.loads((tmp_path / "e" / "metrics.json").read_text())["test/acc"] == trained["test/acc"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+TRAINER_REFUSALS = [  # (the entry point, its flags, what the message says)
+    ("evaluate", ["--precision", "7"], "Precision '7' is invalid. Allowed precision values"),
+    ("evaluate", ["--accelerator", "foo"], "--accelerator takes cpu, gpu (any GPU PyTorch can use)"),
+    ("evaluate", ["--accelerator", "cpu", "--devices", "abc"], "--devices takes a count like 1"),
+    ("predict", ["--accelerator", "foo"], "--accelerator takes cpu, gpu (any GPU PyTorch can use)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("entry", "flags", "said"), TRAINER_REFUSALS, ids=[" ".join(f) for _, f, _ in TRAINER_REFUSALS]
+)
+def test_trainer_settings_lightning_refuses_are_one_paragraph(
+    trained, tmp_path, monkeypatch, capsys, entry, flags, said
+):
+    """As train.py's: Lightning's refusal as one paragraph with the fix, the help of the script that was run."""
+    from importlib import import_module
+
+    monkeypatch.chdir(tmp_path)  # evaluate.py's new folder: runs/<time> here
+    assert import_module(f"mnist_lightning.core.{entry}").main(["--ckpt_path", trained["best_checkpoint"], *flags]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith("Error: The Trainer settings are not valid: ") and said in err and "Traceback" not in err
+    assert flags[0] != "--precision" or err.endswith(f"Run `python scripts/{entry}.py --help` for every option.")
+    assert not list(tmp_path.glob("runs/*"))
+
+
+@pytest.mark.parametrize("entry", ["evaluate", "predict"])
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("99999999999999999999999", f"is out of range: it must be at least 1 and at most {sys.maxsize}."),
+        ("1e9", "is not a whole number as written: write 1000000000."),
+    ],
+    ids=["too large to index", "an exponent"],
+)
+def test_a_batch_size_python_cannot_index_is_refused(trained, tmp_path, monkeypatch, capsys, entry, value, said):
+    """Larger than Python's index type: the DataLoader's islice failed with a traceback."""
+    from importlib import import_module
+
+    monkeypatch.chdir(tmp_path)
+    entry_main = import_module(f"mnist_lightning.core.{entry}").main
+    assert entry_main(["--ckpt_path", trained["best_checkpoint"], "--batch_size", value]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err.startswith(f"Error: --batch_size {value} {said} Run `python scripts/{entry}.py --help`"), err
+    assert not list(tmp_path.iterdir())

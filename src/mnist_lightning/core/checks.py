@@ -81,7 +81,7 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
 
 # Valid ranges of numeric options that nothing checks before training starts (Lightning's loops would end in a
 # ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
-RANGES = {"seed": (0, 2**32 - 1), "batch_size": (1, None), "max_epochs": (-1, None), "min_epochs": (0, None)}
+RANGES = {"seed": (0, 2**32 - 1), "max_epochs": (-1, None), "min_epochs": (0, None)}
 RANGES |= {"max_steps": (-1, None), "min_steps": (0, None), "accumulate_grad_batches": (1, None)}
 RANGES |= {"check_val_every_n_epoch": (1, None), "log_every_n_steps": (1, None), "num_nodes": (1, None)}
 RANGES |= {"num_sanity_val_steps": (-1, None), "reload_dataloaders_every_n_epochs": (0, None)}

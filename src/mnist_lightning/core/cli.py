@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
+from jsonargparse.typing import register_type, restricted_number_type
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
@@ -79,6 +80,10 @@ NOT_COMPARED = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.i
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
 RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
+# --batch_size of every script: Python's index type takes no larger one (a DataLoader's islice would fail). Parsed as
+# a plain int (each value checked by the deserializer): the type's own instances would be pickled into checkpoints.
+BatchSize = restricted_number_type("BatchSize", int, [(">=", 1), ("<=", sys.maxsize)])
+register_type(BatchSize, int, lambda value: int(BatchSize(value)), type_check=lambda value, cls: False)
 
 
 class ReadableHelp(DefaultHelpFormatter):
@@ -139,7 +144,7 @@ def build_parser() -> ArgumentParser:
         "The data: any LightningDataModule by class path, its arguments as --data.NAME VALUE (listed by "
         "--data.help CLASS_PATH)"
     )
-    parser.add_argument("--batch_size", type=int, default=4096, help="Samples per batch, for every stage.")
+    parser.add_argument("--batch_size", type=BatchSize, default=4096, help="Samples per batch, for every stage.")
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir", "logger"})
@@ -600,12 +605,17 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False, sett
         settings |= {"enable_progress_bar": False, "enable_model_summary": False}
     if settings["enable_progress_bar"] is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_display())
+    return make_trainer("train.py", default_root_dir=run_dir, **settings)
+
+
+def make_trainer(script: str, **settings: Any) -> Trainer:
+    """``Trainer(**settings)`` for ``scripts/<script>``, whose flags gave them: Lightning's refusal as a message."""
     try:
-        return Trainer(default_root_dir=run_dir, **settings)
+        return Trainer(**settings)
     except (MisconfigurationException, TypeError, ValueError) as error:
         raise UserError(
             f"The Trainer settings are not valid: {first_line(error)}. "
-            + (device_flags_hint(str(error)) or "Run `python scripts/train.py --help` for every option.")
+            + (device_flags_hint(str(error)) or f"Run `python scripts/{script} --help` for every option.")
         ) from error
     except ImportError as error:  # an accelerator, strategy or precision whose package is missing
         raise UserError(missing_package(error)) from error

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
-from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningDataModule, Trainer
 
 from ..lightning_module import Classifier
 from .callbacks import BatchCheck, progress_display
 from .checkpoints import Checkpoint, load_checkpoint
 from .checks import check_tested, data_module_errors
-from .cli import USER_ERRORS, Parser, parse_command_line
+from .cli import USER_ERRORS, BatchSize, Parser, make_trainer, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
 from .records import discard_new_run, new_run_dir, run_metrics, write_json
@@ -35,7 +34,7 @@ def add_checkpoint_options(parser: ArgumentParser) -> None:
     """--ckpt_path, and what of its training run's data module to change (a data_dir that moved, a batch size)."""
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
-    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="Unset: the training run's.")
+    parser.add_argument("--batch_size", type=BatchSize | None, default=None, help="Unset: the training run's.")
 
 
 def load_with_overrides(config: Namespace) -> Checkpoint:
@@ -43,7 +42,7 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
     reads."""
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
     overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
-    overrides |= {"batch_size": int(config.batch_size)} if config.batch_size is not None else {}
+    overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
     return load_checkpoint(config.ckpt_path, **overrides)
 
 
@@ -72,7 +71,8 @@ def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, 
     options = {"logger": False, "enable_checkpointing": False, "default_root_dir": new_run_dir(config.output_dir)}
     options["callbacks"] = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
     try:
-        trainer = Trainer(accelerator=config.accelerator, devices=config.devices, precision=config.precision, **options)
+        settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
+        trainer = make_trainer("evaluate.py", **settings, **options)
     except BaseException:
         discard_new_run(options["default_root_dir"])
         raise

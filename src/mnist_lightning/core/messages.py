@@ -59,8 +59,9 @@ def explain(error: ArgumentError | str) -> str:
     owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
     if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)(?: - Expected a <class .NoneType.>.*)?$', problem):
         return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
-    given = re.search(r"(?:Given|Got) value: (\S+)$", problem)
-    value = given[1] if given else ""
+    # The value: as jsonargparse shows it, or as int() or float() refused it, or as a restricted type did
+    given = re.search(r"(?:Given|Got) value: (\S+)$|(?:10|float): '(.*)'$|: (\S+) not an? (?:integer|number)$", problem)
+    value = next((group for group in given.groups() if group), "") if given else ""
     path = re.search(r"class_path[ =]'([^']+)'", problem)
     if (option := re.search(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)", problem)) and path:
         return not_an_argument(flag, option[1], path[1])
@@ -77,8 +78,9 @@ def explain(error: ArgumentError | str) -> str:
         words = {"v>=": "at least ", "v<=": "at most ", "v>": "above ", "v<": "below "}
         rule = re.sub(r"v[<>]=?", lambda sign: words[sign[0]], bound[2])
         return f"{flag} {bound[1] or value} is out of range: it must be {rule}."
-    if number := re.search(r"Not of type \w*?(Int|Float|Interval)\b: (?:invalid literal|could not convert)", problem):
-        return f"{flag} {value} is not {'a whole number' if number[1] == 'Int' else 'a number'}."
+    if number := re.search(r"Not of type \w+: .*?(for int|not an integer|could not convert|not a number)", problem):
+        whole = number[1] in ("for int", "not an integer")  # an int type's refusals, else a float type's
+        return not_whole(flag, value) if whole else f"{flag} {value} is not a number."
     if choices := re.fullmatch(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", problem):
         return f"{flag} {choices[2]} is not one of the choices: {choices[1].replace(chr(39), '')}."
     kinds = []
@@ -95,9 +97,20 @@ def explain(error: ArgumentError | str) -> str:
     ]
     if "float" in problem and re.fullmatch(r"[+-]?(inf|nan|infinity)", value, flags=re.IGNORECASE):
         return f"{flag} {value} is not a finite number."  # jsonargparse takes finite numbers only
+    if set(kinds) == {KINDS["int"]}:
+        return not_whole(flag, value)
     if kinds:
         return f"{flag} {value} is not {either(list(dict.fromkeys(kinds)))}."
     return f"{flag}: {problem.rstrip('.')}."
+
+
+def not_whole(flag: str, value: str) -> str:
+    """An int option's value that is not a whole number; or one that is, written as a float (1e9, 100.0)."""
+    try:
+        whole = float(value).is_integer()
+    except ValueError:
+        whole = False
+    return f"{flag} {value} is not a whole number" + (f" as written: write {int(float(value))}." if whole else ".")
 
 
 def either(items: list[str]) -> str:

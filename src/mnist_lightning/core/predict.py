@@ -11,13 +11,13 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt
-from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from .checks import data_module_errors
-from .cli import USER_ERRORS, Parser, parse_command_line
+from .cli import USER_ERRORS, Parser, make_trainer, parse_command_line
 from .devices import check_accelerator
 from .errors import NothingToPredict, UserError, WriteError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
@@ -94,6 +94,7 @@ def predict(config: Namespace) -> list[dict]:
         rows, samples = read_files(config.inputs, data)
     else:  # read here: Trainer.predict re-creates a data module's DataLoader, which not every DataLoader allows
         with data_module_errors(data):
+            data.prepare_data()  # Lightning's place for a download or a generated file (not needed to read inputs)
             data.setup("predict")
             loader = data.predict_dataloader()
         batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in loader]
@@ -112,8 +113,8 @@ def predict(config: Namespace) -> list[dict]:
     probabilities = []
     if samples:
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # keep the table the only output
-        options = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
-        trainer = Trainer(accelerator=config.accelerator, devices=1, enable_model_summary=False, **options)
+        options = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "devices": 1}
+        trainer = make_trainer("predict.py", accelerator=config.accelerator, enable_model_summary=False, **options)
         batches = trainer.predict(model, DataLoader(samples, data.hparams.batch_size))
         probabilities = [p for batch in batches for p in batch.cpu()]
     if not probabilities and not any(row.get("status") == "blank" for row in rows):

@@ -77,7 +77,7 @@ def lock(folder: Path) -> None:
         handle.close()
         holder = (folder / LOCK_FILE).read_text().strip() or "another process"
         raise OutputDirError(
-            f"{folder} is in use by a run that has not ended ({holder}). Wait for it to end, or pass another "
+            f"{folder} is in use by another command that has not ended ({holder}). Wait for it to end, or pass another "
             "--output_dir."
         ) from None
     handle.truncate(0)
