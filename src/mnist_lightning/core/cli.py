@@ -83,7 +83,13 @@ RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, f
 # --batch_size of every script: Python's index type takes no larger one (a DataLoader's islice would fail). Parsed as
 # a plain int (each value checked by the deserializer): the type's own instances would be pickled into checkpoints.
 BatchSize = restricted_number_type("BatchSize", int, [(">=", 1), ("<=", sys.maxsize)])
-register_type(BatchSize, int, lambda value: int(BatchSize(value)), type_check=lambda value, cls: False)
+register_type(  # over jsonargparse's own registration of it (4.43 makes one)
+    BatchSize,
+    int,
+    lambda value: int(BatchSize(value)),
+    type_check=lambda value, cls: False,
+    fail_already_registered=False,
+)
 
 
 class ReadableHelp(DefaultHelpFormatter):
