@@ -63,29 +63,21 @@ def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModul
     return metrics
 
 
-def build(config: Namespace) -> tuple[Trainer, Classifier, LightningDataModule, int]:
+def build_and_evaluate(config: Namespace) -> dict:
+    """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     check_accelerator(config.accelerator, config.devices)
     checkpoint = load_with_overrides(config)
     with data_module_errors(checkpoint.datamodule):
         checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
-    options = {"logger": False, "enable_checkpointing": False, "default_root_dir": new_run_dir(config.output_dir)}
-    options["callbacks"] = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
+    run_dir = new_run_dir(config.output_dir)
     try:
         settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
-        trainer = make_trainer("evaluate.py", **settings, **options)
+        settings |= {"logger": False, "enable_checkpointing": False, "default_root_dir": run_dir}
+        callbacks = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
+        trainer = make_trainer("evaluate.py", callbacks=callbacks, **settings)
+        return evaluate(trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs)
     except BaseException:
-        discard_new_run(options["default_root_dir"])
-        raise
-    return trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs
-
-
-def build_and_evaluate(config: Namespace) -> dict:
-    """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
-    trainer, model, datamodule, epochs = build(config)
-    try:
-        return evaluate(trainer, model, datamodule, epochs)
-    except BaseException:
-        discard_new_run(Path(trainer.default_root_dir))
+        discard_new_run(run_dir)
         raise
 
 
