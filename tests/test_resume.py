@@ -292,6 +292,18 @@ def test_a_record_edited_or_cut_short_is_refused_and_the_run_left_as_it_was(clip
     assert record.read_text() == before and last.read_bytes() == weights and not (run / "metrics.json").exists()
 
 
+def test_a_record_without_an_option_that_an_upgrade_added_resumes(clipped, tmp_path):
+    """A Lightning upgrade can add a Trainer option: a record written before it lacks that line, and is no cut one."""
+    run = tmp_path / "run"
+    shutil.copytree(clipped, run)
+    record = run / "config.yaml"
+    text = record.read_text()
+    assert "\nbarebones: false\n" in text
+    record.write_text(text.replace("\nbarebones: false\n", "\n"))
+    assert resume(run) == 0
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
+
+
 def test_a_resume_keeps_the_trainer_settings_of_its_record(clipped, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(clipped, run)

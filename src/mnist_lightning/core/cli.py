@@ -183,22 +183,14 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
     # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
     record = resume_record(flag_value(argv, "--output_dir"), flag_value(argv, "--ckpt_path"))
-    typed, files = argv, flag_values(argv, "--config")  # what the parse under way reads, for config_file_wording
-    try:
-        config = None if record else parser.parse_args(argv)
-        record = record or resume_record(config.output_dir, config.ckpt_path)
-        if record:
-            refuse_cut_record(record)
-            check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
-            typed, files = [], [record]  # the record alone: a bad value there is the record's, whatever is typed
-            recorded = parser.parse_args(["--config", record])
-            typed, files = argv, [record, *files]
-            config = parser.parse_args(["--config", record, *argv])
-            refuse_changes(recorded, config)
-        check_ranges(config)
-    except (ArgumentError, UserError) as error:
-        message = str(parse_error(error, parser) if isinstance(error, ArgumentError) else error)
-        raise UserError(config_file_wording(message, typed, files)) from error
+    config = None if record else parse(parser, argv)
+    record = record or resume_record(config.output_dir, config.ckpt_path)
+    if record:
+        refuse_cut_record(record)
+        check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
+        recorded = parse(parser, ["--config", record])  # alone: a bad value there is the record's, whatever is typed
+        config = parse(parser, ["--config", record, *argv])
+        refuse_changes(recorded, config)
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
         skip_none = any("skip_null" in arg for arg in print_config)
@@ -217,14 +209,26 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return (flag_values(argv, flag) or [None])[-1]
 
 
-def config_file_wording(message: str, typed: list[str], files: list[str]) -> str:
+def parse(parser: ArgumentParser, args: list[str]) -> Namespace:
+    """``parser.parse_args(args)`` with the ranges checked; a mistake as one paragraph, naming a config file's value
+    as the file writes it."""
+    try:
+        config = parser.parse_args(args)
+        check_ranges(config)
+    except (ArgumentError, UserError) as error:
+        message = str(parse_error(error, parser) if isinstance(error, ArgumentError) else error)
+        raise UserError(config_file_wording(message, args)) from error
+    return config
+
+
+def config_file_wording(message: str, args: list[str]) -> str:
     """A message about ``--NAME VALUE`` whose value came from a config file in the file's terms, the file named:
     ``max_epochs: two in the config file mine.yaml is not a whole number``. A flag typed wins over a file, but
     jsonargparse checks a file's values as it reads them: the value the message shows tells which was refused."""
     if not (flag := re.match(r"--([\w.]+)", message)):
         return message
-    given, rest = flag_values([arg.replace(".init_args.", ".") for arg in typed], flag[0]), message[flag.end() :]
-    for path in reversed(files):  # the last file given wins
+    given, rest = flag_values([arg.replace(".init_args.", ".") for arg in args], flag[0]), message[flag.end() :]
+    for path in reversed(flag_values(args, "--config")):  # the last file given wins
         node, keys = yaml.safe_load(Path(path).read_text()), []
         for name in flag[1].split("."):  # --data.NAME: data: init_args: NAME, or data: NAME (jsonargparse takes both)
             if isinstance(node, dict) and name not in node and isinstance(node.get("init_args"), dict):
@@ -262,8 +266,9 @@ def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
 
 
 def refuse_cut_record(record: str) -> None:
-    """A run writes its whole record, every option on a line: one cut short (a full disk, a copy stopped midway)
-    would resume with defaults for what it lost, or fail on half a line with a message about that line."""
+    """A run writes its whole record, every option on a line, in order: one cut short (a full disk, a copy stopped
+    midway) would resume with defaults for what it lost, or fail on half a line with a message about that line.
+    (Lacking an option before the last is no cut: a record written before an upgrade that added an option.)"""
     text = Path(record).read_text(errors="replace")  # not text at all: check_config_file says so
     try:
         written = yaml.safe_load(text)
@@ -271,7 +276,7 @@ def refuse_cut_record(record: str) -> None:
         written = None
     options = [key for key in vars(build_parser().get_defaults()) if key != "config"]  # a record's, in its order
     lacks = [option for option in options if option not in written] if isinstance(written, dict) else []
-    if text.endswith("\n") and not lacks:
+    if text.endswith("\n") and options[-1] not in lacks:
         return
     reason = "its last line stops mid-way" if text.strip() else "it is empty"
     if lacks:
@@ -527,7 +532,7 @@ def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
     differ = [
         f"{as_flag(key)}: {given.get(key)!r} in the record, {value!r} in the checkpoint"
         for key, value in kept.items()
-        if given.get(key) != value
+        if key in given and given[key] != value  # (an option that is gone, with an upgrade, is not compared)
     ]
     if differ:
         raise UserError(
