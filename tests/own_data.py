@@ -237,3 +237,19 @@ class Empty(Points):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.sets["train"], batch_size=self.batch_size)
+
+
+class Generated(Points):
+    """Points written to ``data_file`` by ``prepare_data`` (Lightning's place for a download or a generated file,
+    called on one process) and read from it by ``setup``."""
+
+    def __init__(self, batch_size: int = 32, data_file: str = "points.pt") -> None:
+        super().__init__(batch_size)
+        self.data_file = Path(data_file)
+
+    def prepare_data(self) -> None:
+        if not self.data_file.exists():
+            torch.save(self.sets, self.data_file)
+
+    def setup(self, stage: str) -> None:
+        self.sets = torch.load(self.data_file, weights_only=False)

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -526,36 +527,20 @@ def test_a_data_module_without_validation_trains_and_tests_its_last_weights(tmp_
 
     monkeypatch.setattr(own_data.TrainOnly, "val_dataloader", LightningDataModule.val_dataloader)  # Lightning's own
     flags = ["--data", "own_data.TrainOnly", "--batch_size", "32", "--max_epochs", "1"]
-    assert train_main([*flags, "--output_dir", str(tmp_path / "run"), *QUIET]) == 0
+    with warnings.catch_warnings(record=True) as shown:  # what a user's terminal would show (pytest keeps them)
+        warnings.simplefilter("always")
+        assert train_main([*flags, "--output_dir", str(tmp_path / "run"), *QUIET]) == 0
+    assert not [str(warning.message) for warning in shown if "val" in str(warning.message)], shown
     captured = capfd.readouterr()
     assert "could not find the monitored key" not in captured.err and "Warning" not in captured.err
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["best_val/acc"] is None and metrics["test/acc"] is not None
 
 
-from own_data import Points  # noqa: E402 (for the data module below, written at the end of the file)
-
-
-class Generated(Points):
-    """Points written to ``data_file`` by ``prepare_data`` (Lightning's place for a download or a generated file,
-    called on one process) and read from it by ``setup``."""
-
-    def __init__(self, batch_size: int = 32, data_file: str = "points.pt") -> None:
-        super().__init__(batch_size)
-        self.data_file = Path(data_file)
-
-    def prepare_data(self) -> None:
-        if not self.data_file.exists():
-            torch.save(self.sets, self.data_file)
-
-    def setup(self, stage: str) -> None:
-        self.sets = torch.load(self.data_file, weights_only=False)
-
-
 def test_predict_prepares_the_data_of_a_data_module_that_makes_its_files(tmp_path):
     """predict.py without inputs on a fresh data_file, as evaluate.py: the data module's prepare_data makes it."""
     run, fresh, output = tmp_path / "run", tmp_path / "fresh.pt", tmp_path / "predictions.csv"
-    flags = ["--data", "test_own_data.Generated", "--data.data_file", str(tmp_path / "points.pt"), "--max_epochs", "1"]
+    flags = ["--data", "own_data.Generated", "--data.data_file", str(tmp_path / "points.pt"), "--max_epochs", "1"]
     assert train_main([*flags, "--output_dir", str(run), *QUIET]) == 0
     last = str(run / "checkpoints" / "last.ckpt")
     assert predict_main(["--ckpt_path", last, "--data.data_file", str(fresh), "--output", str(output)]) == 0

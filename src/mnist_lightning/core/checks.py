@@ -23,8 +23,12 @@ from torch import Tensor, nn
 from .errors import UserError
 from .messages import closest, either, first_line
 
-BOUNDS = {">": ("above", operator.gt), ">=": ("at least", operator.ge), "<": ("below", operator.lt)}
-BOUNDS["<="] = ("at most", operator.le)
+BOUNDS = {
+    ">": ("above", operator.gt),
+    ">=": ("at least", operator.ge),
+    "<": ("below", operator.lt),
+    "<=": ("at most", operator.le),
+}
 
 
 class ModelSettingError(ValueError):

@@ -35,6 +35,8 @@ def lightning_notes_ignored() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
         # An empty DataLoader: the run says which one, and what to do (callbacks.BatchCheck, train.train).
         warnings.filterwarnings("ignore", message=r"Total length of `\w+` across ranks is zero\.")
+        # A data module without val_dataloader: the run tests its last weights, as the README says.
+        warnings.filterwarnings("ignore", message=r"You defined a `validation_step` but have no `val_dataloader`")
         yield
 
 
