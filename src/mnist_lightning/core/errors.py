@@ -50,20 +50,26 @@ def print_error(message: str) -> None:
     print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
 
 
-def exit_on_sigterm(signum: int, frame: object) -> None:
-    sys.exit(TERMINATED)
-
-
-def run_main(main: Callable[[], object], user_errors: tuple[type[Exception], ...] = ()) -> int:
+def run_main(
+    main: Callable[[], object],
+    user_errors: tuple[type[Exception], ...] = (),
+    stops_itself: Callable[[], bool] = lambda: False,
+) -> int:
     """Run an entry point: a UserError, or one of ``user_errors`` (what the project's classes raise in their own
     terms), becomes a paragraph on stderr and its exit status (``exit_code``, else 2). SIGTERM, which by default
-    ends the process at once, stops it as Ctrl-C does: through every clean-up (``finally``), then status 143."""
+    ends the process at once, stops it as Ctrl-C does: through every clean-up (``finally``), then status 143;
+    except while ``stops_itself()``: a Trainer's fit, which Lightning stops after the batch in progress."""
     apply_workarounds()
-    # Not over a handler of the caller's (train.py's), nor from another thread, where Python cannot set one.
+
+    def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
+        if not stops_itself():
+            sys.exit(TERMINATED)
+
+    # Not over a handler of the caller's, nor from another thread, where Python cannot set one.
     main_thread = threading.current_thread() is threading.main_thread()
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     if handlers.get(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, exit_on_sigterm)
+        signal.signal(signal.SIGTERM, on_sigterm)
     try:
         main()
         for signum in handlers:  # done, its results written: a stop now would only report a failure that is not one

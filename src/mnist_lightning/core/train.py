@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
         except (KeyboardInterrupt, SystemExit) as stop:
             # Inside a Trainer call Lightning ends Ctrl-C with sys.exit(1) and SIGTERM with SIGTERMException,
-            # after its callbacks' on_exception; outside, SIGTERM exits through sigterm_stops (below).
+            # after its callbacks' on_exception; outside, SIGTERM exits through run_main's handler.
             sigterm = isinstance(stop, SIGTERMException) or getattr(stop, "code", None) == 128 + signal.SIGTERM
             if not (sigterm or isinstance(stop, KeyboardInterrupt) or (built and built[0].trainer.interrupted)):
                 raise
@@ -191,21 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
             raise
 
-    def sigterm_stops(signum: int, frame: object) -> None:
-        """SIGTERM stops through the same clean-up as Ctrl-C; during fit, Lightning's own handler (which calls
-        this one too) stops the run after the batch in progress."""
+    def fitting() -> bool:
         trainer = built[0].trainer if built else None
-        if not (trainer and trainer.state.fn == TrainerFn.FITTING and trainer.state.status == TrainerStatus.RUNNING):
-            sys.exit(128 + signum)
+        return bool(trainer and trainer.state.fn == TrainerFn.FITTING and trainer.state.status == TrainerStatus.RUNNING)
 
-    previous = signal.signal(signal.SIGTERM, sigterm_stops)
     try:
-        return run_main(run, (*USER_ERRORS, NothingTrainedError))
+        return run_main(run, (*USER_ERRORS, NothingTrainedError), stops_itself=fitting)
     except Stopped as stop:
         print(f"\n{stop}", file=sys.stderr)
         return stop.exit_code
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def where_the_run_stands(training: Training | None) -> str:
