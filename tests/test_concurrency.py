@@ -43,7 +43,7 @@ def test_two_trainings_started_together_into_one_folder(flags, tmp_path):
     assert metrics["seed"] == winners[0] and f"seed: {winners[0]}" in (run / "config.yaml").read_text()
 
 
-def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp_path):
+def test_a_resume_or_a_new_run_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp_path):
     run, go = tmp_path / "run", tmp_path / "go"
     pause = ["--callbacks", "interrupts.PauseAt", "--callbacks.go", str(go)]  # waits after its first epoch
     first = start(train_command([*flags, "--max_epochs", "4", *pause], run))
@@ -51,10 +51,12 @@ def test_a_resume_while_the_run_trains_is_refused_and_the_run_goes_on(flags, tmp
     while not (run / "checkpoints" / "last.ckpt").exists():
         assert first.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    second = start(train_command(["--ckpt_path", "last"], run))
-    _, stderr = second.communicate(timeout=120)
-    assert second.returncode == 2 and "is in use by another command that has not ended" in one_line(stderr), stderr
-    assert "scripts/train.py" in one_line(stderr)  # the running command is named
+    for more in (["--ckpt_path", "last"], flags):  # a resume, and a new run (not told to add --ckpt_path last)
+        second = start(train_command(more, run))
+        _, stderr = second.communicate(timeout=120)
+        message = one_line(stderr)
+        assert second.returncode == 2 and "is in use by another command that has not ended" in message, stderr
+        assert "scripts/train.py" in message and "--ckpt_path last." not in message  # the running command is named
     go.touch()
     assert first.wait(timeout=300) == 0
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 4

@@ -61,7 +61,16 @@ from .checks import (
 from .devices import check_accelerator, device_flags_hint, missing_package
 from .errors import UserError, WriteError
 from .messages import NETWORK_RULE, NOISE, closest, either, explain, first_line
-from .records import RUN_RECORD, CSVLog, OutputDirError, clear_unstarted_run, discard_new_run, lock, new_run_dir
+from .records import (
+    RUN_RECORD,
+    CSVLog,
+    FolderInUse,
+    OutputDirError,
+    clear_unstarted_run,
+    discard_new_run,
+    lock,
+    new_run_dir,
+)
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
 # Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
@@ -512,7 +521,7 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         try:
             run_dir = new_run_dir(config.output_dir)
         except OutputDirError as error:
-            if last.is_file():
+            if last.is_file() and not isinstance(error, FolderInUse):
                 raise OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
             raise
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches

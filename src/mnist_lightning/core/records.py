@@ -31,6 +31,10 @@ class OutputDirError(Exception):
     """The run folder cannot be used; the message says why."""
 
 
+class FolderInUse(OutputDirError):
+    """Another command, still running, holds the folder."""
+
+
 def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
     """The folder for a new run, made and locked: ``output_dir`` if given and unused, else a new runs/<time>."""
     if output_dir is None:
@@ -76,7 +80,7 @@ def lock(folder: Path) -> None:
     except OSError:
         handle.close()
         holder = (folder / LOCK_FILE).read_text().strip() or "another process"
-        raise OutputDirError(
+        raise FolderInUse(
             f"{folder} is in use by another command that has not ended ({holder}). Wait for it to end, or pass another "
             "--output_dir."
         ) from None
