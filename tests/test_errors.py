@@ -120,7 +120,8 @@ BAD_FLAGS = [
     (["--seed", "-1"], 2, ["--seed -1 is out of range: it must be between 0 and 4294967295"]),
     (["--accumulate_grad_batches", "0"], 2, ["--accumulate_grad_batches 0 is out of range: it must be at least 1"]),
     (["--check_val_every_n_epoch", "0"], 2, ["--check_val_every_n_epoch 0 is out of range"]),
-    (["--ckpt_path", "last"], 2, ["--ckpt_path last resumes the run", "does not exist"]),
+    # (killed during its imports: no folder, no record) what to do then
+    (["--ckpt_path", "last"], 2, ["resumes the run", "does not exist", "run its own command again, without --ckpt"]),
     (["--device", "cpu"], 2, ["--device is not an option; did you mean --devices?"]),  # the plain rung's flag
     (["--limit", "1"], 2, ["did you mean --limit_train_batches, --limit_val_batches, --limit_test_batches or"]),
 ]

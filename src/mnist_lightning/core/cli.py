@@ -511,7 +511,8 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
     elif resuming and not last.is_file():
         raise UserError(
             f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of a run "
-            "of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
+            f"of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last. A run stopped before "
+            f"it wrote its {RUN_RECORD} left nothing to resume: run its own command again, without --ckpt_path last."
         )
     elif resuming:
         contents = read_checkpoint(last)
