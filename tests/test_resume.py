@@ -191,6 +191,21 @@ def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn)
     assert not [str(w.message) for w in recwarn if "Timer" in str(w.message)]
 
 
+def test_max_time_counts_earlier_segments_run_without_it(data, tmp_path, capsys):
+    """Found by a new-user trial: a run trained without --max_time, resumed with one it had already used up,
+    trained on (the checkpoints held no Timer count). Its earlier training time is what EpochHistory kept."""
+    run = tmp_path / "run"
+    assert main(flags(data, run)) == 0
+    (run / "metrics.json").unlink()
+    last = run / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    checkpoint["callbacks"]["EpochHistory"]["fit_seconds"] = 7200.0  # as if the two epochs had taken two hours
+    torch.save(checkpoint, last)
+    assert resume(run, "--max_epochs", "4", "--max_time", "00:01:00:00") == 2
+    assert "--max_time limits the whole run's training time" in one_line(capsys.readouterr().err)
+    assert torch.load(last, weights_only=True)["global_step"] == checkpoint["global_step"]  # no epoch trained
+
+
 def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option_corrected(data, tmp_path, capsys):
     run = tmp_path / "run"
     flags = ["--data.data_dir", str(data), *TINY_RUN, "--output_dir", str(run)]

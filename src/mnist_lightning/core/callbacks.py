@@ -7,7 +7,6 @@ import os
 import random
 import sys
 import time
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -134,9 +133,19 @@ def set_random_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-# --max_time, checked at each epoch's end: a run it stops holds whole epochs. (Lightning's check after every batch
-# ends the epoch where it is, as if complete: a resumed run would skip the rest of it.)
-EpochTimer = partial(Timer, interval="epoch")
+class EpochTimer(Timer):
+    """--max_time, checked at each epoch's end: a run it stops holds whole epochs. (Lightning's check after every
+    batch ends the epoch where it is, as if complete: a resumed run would skip the rest of it.) It counts the whole
+    run's training time, also of earlier segments run without --max_time, whose checkpoints hold no Timer's count."""
+
+    def __init__(self, duration: Any) -> None:
+        super().__init__(duration, interval="epoch")
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        states = checkpoint.get("callbacks", {})
+        if self.state_key not in states:  # Lightning's load_state_dict, called next, would give it none
+            seconds = states.get(EpochHistory.__qualname__, {}).get("fit_seconds", 0.0)
+            self.load_state_dict({"time_elapsed": {"train": seconds}})
 
 
 def progress_display() -> ProgressBar:

@@ -32,7 +32,7 @@ def lightning_notes_ignored() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
-        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
+        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['EpochTimer'\]")
         # An empty DataLoader: the run says which one, and what to do (callbacks.BatchCheck, train.train).
         warnings.filterwarnings("ignore", message=r"Total length of `\w+` across ranks is zero\.")
         # A data module without val_dataloader: the run tests its last weights, as the README says.
