@@ -41,6 +41,7 @@ BAD_FLAGS = [
     # Found before training, not by Lightning's loop (a ZeroDivisionError) or after an epoch.
     (["--val_check_interval", "0"], 2, ["--val_check_interval 0 is out of range", "above 0.0"]),
     (["--val_check_interval", "nan"], 2, ["Invalid time format for `val_check_interval`"]),
+    (["--val_check_interval", "1.5"], 2, ["--val_check_interval 1.5 is out of range", "(up to 1.0)"]),  # not Trainer's
     (["--num_nodes", "2"], 2, ["--num_nodes 2 needs one process per machine, started by torchrun or srun"]),
     (["--val_check_interval", "50"], 2, ["`val_check_interval` (50) must be less than or equal to", "batches (10)"]),
     (

@@ -22,8 +22,10 @@ def trained(fake_mnist, tmp_path_factory) -> dict:
     return json.loads((run / "metrics.json").read_text())
 
 
-def test_evaluate_reproduces_the_test_accuracy_of_training(trained, tmp_path):
+def test_evaluate_reproduces_the_test_accuracy_of_training(trained, tmp_path, capfd):
     assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
+    captured = capfd.readouterr()
+    assert "available" not in captured.err and captured.out.startswith("Test accuracy")  # its line, not the banners
     written = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert written["test/acc"] == trained["test/acc"] and written["test/loss"] == pytest.approx(trained["test/loss"])
     assert trained.keys() - {"history"} <= written.keys() | {"fit_seconds", "seed", "best_val/acc"}

@@ -110,7 +110,8 @@ def check_ranges(config: Namespace) -> None:
                 "number of batches (a whole number, 0 or more)."
             )
     interval = config.get("val_check_interval")
-    if isinstance(interval, int | float) and not isinstance(interval, bool) and not interval > 0:  # nan too
+    number = isinstance(interval, int | float) and not isinstance(interval, bool)
+    if number and not (interval > 0 and (isinstance(interval, int) or interval <= 1)):  # nan too
         raise UserError(
             f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
             "1.0), or a number of training batches (1 or more)."

@@ -1,6 +1,7 @@
 """Test a trained checkpoint on its data module's test set, on any accelerator; writes ``metrics.json``, with the
 keys of training's, in a new run folder."""
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,7 @@ def build_and_evaluate(config: Namespace) -> dict:
     with data_module_errors(checkpoint.datamodule):
         checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     run_dir = new_run_dir(config.output_dir)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:
         settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
         settings |= {"logger": False, "enable_checkpointing": False, "default_root_dir": run_dir}
