@@ -104,3 +104,15 @@ def test_an_extracted_file_cut_short_beside_its_intact_archive_says_to_delete_it
     images.write_bytes(images.read_bytes()[:1_000_000])
     with pytest.raises(UserError, match="delete the extracted files"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
+
+
+@pytest.mark.real_data
+def test_an_extracted_file_of_wrong_labels_beside_its_intact_archive_says_to_delete_it(mnist_archives):
+    """Found by a new-user trial: a label 77 said "Replace them with the originals", which are there, intact."""
+    MNISTDataModule(str(mnist_archives)).prepare_data()  # extracts
+    labels = mnist_archives / "MNIST" / "raw" / "train-labels-idx1-ubyte"
+    data = bytearray(labels.read_bytes())
+    data[8] = 77  # the first label, after the IDX header
+    labels.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"labels up to 77\. The archives are intact: delete the extracted files"):
+        MNISTDataModule(str(mnist_archives)).prepare_data()

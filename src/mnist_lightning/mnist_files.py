@@ -31,12 +31,8 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
             for path in new_folders:  # deepest first: a failed download leaves no empty folders behind
                 if path.is_dir() and not any(path.iterdir()):
                     path.rmdir()
-            archives = all((raw / name).is_file() for name, _ in dataset.resources)
-            fix = (  # the archives passed their MD5 check: what torchvision failed to read is the extracted copies
-                "The archives are intact: delete the extracted files (those without .gz) there, and they are "
-                "extracted again"
-                if archives
-                else f"Offline, put the four original files ({', '.join(name for name, _ in dataset.resources)}) in "
+            fix = extracted_copies_fix(raw, dataset) or (
+                f"Offline, put the four original files ({', '.join(name for name, _ in dataset.resources)}) in "
                 f"that folder, or pass --data.data_dir a folder holding {dataset.__name__}/raw/ with them"
             )
             raise UserError(
@@ -48,8 +44,8 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
         if images.shape[1:] != (28, 28) or len(images) != len(labels) or labels.max() >= len(parsed.classes):
             raise UserError(
                 f"The files in {raw.resolve()} are not {dataset.__name__}'s: they hold {len(images)} images of "
-                f"{list(images.shape[1:])} pixels and {len(labels)} labels up to {int(labels.max())}. Replace them "
-                "with the originals.",
+                f"{list(images.shape[1:])} pixels and {len(labels)} labels up to {int(labels.max())}. "
+                f"{extracted_copies_fix(raw, dataset) or 'Replace them with the originals'}.",
                 exit_code=1,
             )
         sets.append((images, labels))
@@ -59,3 +55,10 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
             f"{len(sets[0][1])} training images), got {val_size}."
         )
     return sets
+
+
+def extracted_copies_fix(raw: Path, dataset: type) -> str | None:
+    """Beside the archives (whose MD5 sums were checked first), what is wrong is the extracted copies."""
+    if all((raw / name).is_file() for name, _ in dataset.resources):
+        return "The archives are intact: delete the extracted files (those without .gz) there, to extract them again"
+    return None
