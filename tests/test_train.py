@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 
 import pytest
 import torch
@@ -52,9 +53,15 @@ def test_main_returns_zero_and_prints_a_summary(fake_mnist, tmp_path, capsys):
     assert "Test accuracy" in out and str(tmp_path / "run") in out
 
 
-@pytest.mark.parametrize("flags", [[], ["--precision", "bf16-mixed", "--log_every_n_steps", "50"]])
+@pytest.mark.parametrize(
+    "flags", [[], ["--precision", "bf16-mixed", "--log_every_n_steps", "50"], ["--precision", "bf16"]]
+)
 def test_a_normal_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_path, capfd, flags):
-    assert main(["--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN, *flags]) == 0
+    with warnings.catch_warnings(record=True) as shown:  # what a terminal would show (pytest keeps them)
+        warnings.simplefilter("always")
+        assert main(["--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN, *flags]) == 0
+    hidden = (DeprecationWarning, PendingDeprecationWarning)  # Python's defaults hide these, from libraries
+    assert not [str(w.message) for w in shown if not issubclass(w.category, hidden)]
     err = capfd.readouterr().err.lower()
     for word in ("warning", "error", "traceback", "deprecat", "leak", "exists and is not empty", "tip:"):
         assert word not in err, err

@@ -71,6 +71,7 @@ from .records import (
     lock,
     new_run_dir,
 )
+from .workarounds import lightning_notes_ignored
 
 # The errors the project's classes raise in their own terms; run_main prints them as messages.
 # Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
@@ -632,7 +633,8 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False, sett
 def make_trainer(script: str, **settings: Any) -> Trainer:
     """``Trainer(**settings)`` for ``scripts/<script>``, whose flags gave them: Lightning's refusal as a message."""
     try:
-        return Trainer(**settings)
+        with lightning_notes_ignored():
+            return Trainer(**settings)
     except (MisconfigurationException, TypeError, ValueError) as error:
         raise UserError(
             f"The Trainer settings are not valid: {first_line(error)}. "
