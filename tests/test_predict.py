@@ -145,7 +145,13 @@ def test_an_export_stopped_midway_leaves_the_earlier_export_whole(
     assert export.main(flags) == 0
     files = {path.name: path.read_bytes() for path in (tmp_path / "exports").iterdir() if path.name[0] != "."}
     capsys.readouterr()
-    monkeypatch.setattr(export, "write_json", stop_with(signum))  # after model.pt2 is written, before it moves in
+    real_staged = export.staged
+
+    def staged_then_stopped(*args):  # model.pt2 written in full, not yet moved in
+        real_staged(*args)
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(export, "staged", staged_then_stopped)
     assert export.main(flags) == status
     assert capsys.readouterr().err.strip() == said
     left = sorted((tmp_path / "exports").iterdir())
@@ -154,7 +160,7 @@ def test_an_export_stopped_midway_leaves_the_earlier_export_whole(
 
 
 @pytest.mark.parametrize(("signum", "status", "said"), STOPS)
-@pytest.mark.parametrize("step", ["load_checkpoint", "write_json"])
+@pytest.mark.parametrize("step", ["load_checkpoint", "staged"])
 def test_a_stopped_export_into_a_new_folder_leaves_no_folder(
     fake_ckpt, tmp_path, monkeypatch, capsys, signum, status, said, step
 ):

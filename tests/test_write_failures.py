@@ -5,15 +5,18 @@ import csv
 import errno
 import json
 import os
+import resource
 import shutil
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import TINY_RUN, one_line
 
-from mnist_lightning.core import plots
+from mnist_lightning.core import export, plots
 from mnist_lightning.core.train import main
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
@@ -25,6 +28,7 @@ def resume_command(message: str) -> list[str]:
 
 def test_a_full_disk_while_saving_a_checkpoint(fake_mnist, tmp_path, capsys, monkeypatch):
     """What torch raises when the disk fills during torch.save, from the third checkpoint on."""
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(2**30, 2**30, 0))  # full
     saves = []
     real_save = torch.save
 
@@ -126,6 +130,66 @@ def test_a_full_disk_while_the_plots_are_drawn(fake_mnist, tmp_path, capsys, mon
     assert (run / "curves.png").is_file() and (run / "confusion_matrix.png").is_file()
 
 
+def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
+    """`ulimit -f 20`: torch says only "unexpected pos" of the checkpoint it could not write; the disk has room."""
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, limits[1]))
+    try:
+        code = main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true", "--output_dir", str(tmp_path)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    message = one_line(capsys.readouterr().err)
+    assert code == 1 and "could not be written: the write was cut short" in message, message
+    assert "the disk is full" not in message
+
+
+@pytest.fixture(scope="module")
+def checkpoint(fake_mnist, tmp_path_factory) -> str:
+    run = tmp_path_factory.mktemp("export") / "run"
+    assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true", "--output_dir", str(run)]) == 0
+    return str(run / "checkpoints" / "last.ckpt")
+
+
+def exported(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir() if path.name != ".lock"}  # .lock: who holds it
+
+
+def test_an_export_onto_a_full_disk_keeps_the_earlier_export(checkpoint, tmp_path, capsys, monkeypatch):
+    flags = ["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "exports"), "--formats", "pt2"]
+    assert export.main(flags) == 0
+    earlier = exported(tmp_path / "exports")
+
+    def write_bytes(path, data):
+        with path.open("wb") as file:
+            file.write(data[:100])
+        raise FULL
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    assert export.main(flags) == 1
+    message = one_line(capsys.readouterr().err)
+    assert f"{tmp_path / 'exports' / 'model.pt2'} could not be written: the disk is full" in message, message
+    assert "Traceback" not in message and exported(tmp_path / "exports") == earlier  # no staging folder left
+
+
+def test_an_export_past_a_file_size_limit(checkpoint, tmp_path):
+    """`ulimit -f 8` then export.py: torch's zip writer, after a failed write to a file, aborted the process."""
+    flags = ["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "exports")]
+    assert export.main(flags) == 0
+    earlier = exported(tmp_path / "exports")
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    ended = subprocess.run(
+        [sys.executable, "scripts/export.py", *flags],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 1024, hard)),
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[1],
+    )
+    message = one_line(ended.stderr)
+    assert ended.returncode == 1 and message.startswith("Error: "), message
+    assert "model.pt2 could not be written: the file is larger than this process may write" in message
+    assert exported(tmp_path / "exports") == earlier
+
+
 @pytest.mark.slow
 def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
     """On a real, small file system (tmpfs: needs root, as in CI's container; skipped elsewhere)."""
@@ -150,3 +214,23 @@ def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
     finally:
         subprocess.run(["umount", str(disk)], check=False)
         os.sync()
+
+
+@pytest.mark.slow
+def test_an_export_onto_a_disk_that_is_full(checkpoint, tmp_path, capsys):
+    """On a real, small file system (tmpfs, as above): the ONNX file does not fit beside the earlier export."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        flags = ["--ckpt_path", checkpoint, "--output_dir", str(disk / "exports")]
+        assert export.main(flags) == 0
+        earlier = exported(disk / "exports")
+        assert export.main(flags) == 1
+        message = one_line(capsys.readouterr().err)
+        assert "could not be written: the disk is full" in message and "Traceback" not in message, message
+        assert exported(disk / "exports") == earlier
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

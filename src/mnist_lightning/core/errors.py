@@ -32,10 +32,13 @@ class WriteError(Exception):
 
     def __init__(self, path: Path, error: BaseException) -> None:
         free = shutil.disk_usage(path.parent).free if path.parent.is_dir() else None
-        # torch reports a write cut short by a full disk as "[enforce fail at inline_container.cc] unexpected pos"
-        full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "unexpected pos" in str(error)
-        if full or (free is not None and free < 2**20):
+        code = getattr(error, "errno", None)
+        if code == errno.EFBIG:
+            reason = "the file is larger than this process may write (a file-size limit: ulimit -f)"
+        elif code in (errno.ENOSPC, errno.EDQUOT) or (free is not None and free < 2**20):
             reason = "the disk is full" + (f" ({free / 2**20:.1f} MB free there)" if free is not None else "")
+        elif "unexpected pos" in str(error):  # torch's word for a write cut short, without the cause
+            reason = "the write was cut short (a full disk since freed, or a file-size limit: ulimit -f)"
         else:
             reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
         super().__init__(f"{path} could not be written: {reason}.")

@@ -3,9 +3,12 @@ Both take a batch of model inputs (float32, any batch size) and return class sco
 ``preprocessing.json`` says so, with the data module's recipe for inputs where it has one (``preprocessing()``)."""
 
 import importlib.util
+import io
+import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -13,8 +16,8 @@ from jsonargparse import ArgumentParser, Namespace
 
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser, parse_command_line
-from .errors import UserError, run_main
-from .records import RUN_RECORD, lock, release, write_json
+from .errors import UserError, WriteError, run_main
+from .records import RUN_RECORD, lock, release
 
 
 def build_parser() -> ArgumentParser:
@@ -58,23 +61,36 @@ def write_export(ckpt_path: str, paths: dict[str, Path], staging: Path) -> None:
     # Written whole into a staging folder, then moved in: a stop or a failure leaves the earlier export as it was,
     # never half a file, nor a new model beside an earlier model's preprocessing.json.
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
     try:
         if "pt2" in paths:
-            torch.export.save(torch.export.export(net, example, dynamic_shapes=dynamic), staging / "model.pt2")
+            # Into memory first: after a failed write to a file (a full disk), torch's zip writer aborts the process.
+            buffer = io.BytesIO()
+            torch.export.save(torch.export.export(net, example, dynamic_shapes=dynamic), buffer)
+            staged(staging, paths["pt2"], lambda file: file.write_bytes(buffer.getvalue()))
         if "onnx" in paths:
             # verbose=False: without it torch prints each step of the conversion; the command reports what it wrote.
-            options = {"input_names": ["images"], "output_names": ["logits"], "external_data": False, "verbose": False}
-            torch.onnx.export(net, example, staging / "model.onnx", dynamo=True, dynamic_shapes=dynamic, **options)
+            options = {"input_names": ["images"], "output_names": ["logits"], "verbose": False}
+            program = torch.onnx.export(net, example, dynamo=True, dynamic_shapes=dynamic, **options)
+            staged(staging, paths["onnx"], lambda file: program.save(file, external_data=False))
         spec = {
             "input": {"name": "images", "dtype": "float32", "shape": ["batch", *shape]},
             "output": {"name": "logits", "dtype": "float32", "shape": ["batch", classes], "meaning": "class scores"},
         }
-        write_json(staging / "preprocessing.json", spec | getattr(checkpoint.datamodule, "preprocessing", dict)())
+        spec |= getattr(checkpoint.datamodule, "preprocessing", dict)()
+        staged(staging, paths["preprocessing"], lambda file: file.write_text(json.dumps(spec, indent=2) + "\n"))
         for path in paths.values():
             os.replace(staging / path.name, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def staged(staging: Path, path: Path, save: Callable[[Path], object]) -> None:
+    """``save`` writes the file for ``path`` into ``staging``; a failed write is a WriteError naming ``path``."""
+    try:
+        staging.mkdir(exist_ok=True)
+        save(staging / path.name)
+    except OSError as error:  # a full disk, a file-size limit (ulimit -f)
+        raise WriteError(path, error) from error
 
 
 def main(argv: list[str] | None = None) -> int:
