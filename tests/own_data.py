@@ -33,14 +33,14 @@ class Points(LightningDataModule):
     input_shape = (2,)
     centres = torch.tensor([[-3.0, 0.0], [3.0, 0.0], [0.0, 4.0]])
 
-    def __init__(self, batch_size: int = 32, samples: int = 600) -> None:
+    def __init__(self, batch_size: int = 32, samples: int = 600, spread: float = 0.7) -> None:
         super().__init__()
         if samples < 30:
             raise ValueError(f"samples must be at least 30, got {samples}")
         self.batch_size = batch_size
         generator = torch.Generator().manual_seed(0)
         labels = torch.randint(0, self.num_classes, (samples,), generator=generator)
-        points = self.centres[labels] + 0.7 * torch.randn(samples, 2, generator=generator)
+        points = self.centres[labels] + spread * torch.randn(samples, 2, generator=generator)
         self.sets = split(points, labels)
         self.sets["predict"] = TensorDataset(self.sets["test"].tensors[0][: samples // 10])
 

@@ -31,9 +31,13 @@ BAD_FLAGS = [
     (["--lr", "inf"], 2, ["--lr inf is not a finite number"]),
     # --batch_size is linked into the data module; its own batch_size would be silently replaced.
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
-    (["--lr", "1e39"], 2, ["lr must be at most 3.4e38, got 1e+39"]),  # float32's largest: Adam could not apply it
-    (["--momentum", "-1"], 2, ["momentum must be at least 0, got -1.0"]),
-    (["--momentum", "1.5"], 2, ["momentum must be below 1, got 1.5"]),  # SGD's velocity would grow without end
+    # float32's largest: Adam could not apply it
+    (["--lr", "1e39"], 2, ["--lr 1e+39 is out of range: it must be above 0 and at most 3.4e38."]),
+    # argparse reads -inf as an option: the flag would get no value
+    (["--lr", "-inf"], 2, ["--lr -inf: a value that starts with '-' is read as an option; write it --lr=-inf."]),
+    (["--momentum", "-1"], 2, ["--momentum -1.0 is out of range: it must be at least 0 and below 1."]),
+    (["--momentum", "1.5"], 2, ["--momentum 1.5 is out of range"]),  # SGD's velocity would grow without end
+    (["--weight_decay", "-1"], 2, ["--weight_decay -1.0 is out of range: it must be at least 0."]),
     (["--logger", "foo"], 2, ["--logger foo is not csv, tensorboard, true, false or the class path of a Logger"]),
     (["--max_epochs", "-1"], 2, ["--max_epochs -1 trains without end", "--lr_schedule constant"]),
     (["--min_epochs", "5"], 2, ["--min_epochs 5 is above --max_epochs 2"]),
@@ -96,7 +100,11 @@ BAD_FLAGS = [
     (["--batch_size", "1e9"], 2, ["--batch_size 1e9 is not a whole number as written: write 1000000000."]),
     (["--max_epochs", "1e2"], 2, ["--max_epochs 1e2 is not a whole number as written: write 100."]),
     (["--seed", "2.5"], 2, ["--seed 2.5 is not a whole number. Run"]),
-    (["--lr", "-1"], 2, ["lr must be above 0, got -1.0"]),
+    (["--lr", "-1"], 2, ["--lr -1.0 is out of range: it must be above 0 and at most 3.4e38."]),
+    # Floats above 2**53 hold no exact digits of what was written: no digits to suggest
+    (["--batch_size", "1e30"], 2, ["--batch_size 1e30 is not a whole number as written: write it in digits."]),
+    (["--seed", "1e30"], 2, ["--seed 1e+30 is not a whole number as written: write it in digits."]),
+    (["--max_steps", "1e30"], 2, ["--max_steps 1e+30 is not a whole number as written: write it in digits."]),
     (
         ["--data.val_size", "70000"],
         2,
@@ -106,7 +114,7 @@ BAD_FLAGS = [
     (["--optimizer", "rmsprop"], 2, ["optimizer", "adam", "sgd"]),
     (["--data.dataset", "svhn"], 2, ["--data.dataset svhn is not one of the choices: mnist, fashion_mnist, kmnist"]),
     (["--data.val_size", "abc"], 2, ["--data.val_size abc is not a whole number"]),
-    (["--data.val_size", "0"], 2, ["--data mnist_lightning.datamodule.MNISTDataModule could not be built", "got 0"]),
+    (["--data.val_size", "0"], 2, ["--data.val_size 0 is out of range: it must be at least 1."]),
     (["--data.valsize", "9"], 2, ["--data.valsize is not an argument of", "it takes --data.data_dir"]),
     (["--data", "torch.nn.Linear"], 2, ["--data torch.nn.Linear is not a LightningDataModule"]),
     (["--data", "nowhere.Data"], 2, ["--data nowhere.Data cannot be built: No module named 'nowhere'"]),
@@ -214,8 +222,19 @@ def assert_one_paragraph(capsys, code, phrase):
             [],
             "Error: seed: 1000.0 in the config file {file} is not a whole number as written: write 1000.",
         ),
+        # The model's and the data module's own bounds, checked as the file is parsed
+        ("lr: .nan\n", [], "Error: lr: nan in the config file {file} is not a finite number."),
+        ("lr: 1e39\n", [], "Error: lr: 1e+39 in the config file {file} is out of range: it must be above 0 and"),
+        ("weight_decay: .inf\n", [], "Error: weight_decay: inf in the config file {file} is not a finite number."),
+        ("momentum: 1\n", ["--lr", "0.1"], "Error: momentum: 1.0 in the config file {file} is out of range"),
+        ("data:\n  val_size: 0\n", [], "Error: data: val_size: 0 in the config file {file} is out of range"),
+        # A value that is no scalar, with a good one typed for the same option
+        ("max_epochs: [1, 2]\n", ["--max_epochs", "3"], "Error: max_epochs: [1, 2] in the config file {file} is not"),
     ],
-    ids=["parsed", "range", "seed range", "data init_args", "data", "flag and file", "flag over file", "exponent"],
+    ids=[
+        *("parsed", "range", "seed range", "data init_args", "data", "flag and file", "flag over file", "exponent"),
+        *("nan", "above float32", "inf", "momentum", "data bound", "a list"),
+    ],
 )
 def test_a_bad_value_in_a_config_file_names_the_file(tmp_path, capsys, config_text, flags, phrase):
     (tmp_path / "mine.yaml").write_text(config_text)
@@ -411,7 +430,7 @@ def test_print_config_checks_the_values_it_prints(capsys):
     # The data module's own checks, as it is built.
     assert main(["--data.val_size", "0", "--print_config"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and "val_size must be at least 1, got 0" in one_line(captured.err)
+    assert captured.out == "" and "--data.val_size 0 is out of range: it must be at least 1." in one_line(captured.err)
 
 
 def test_a_networks_warnings_are_shown_only_when_the_network_is_accepted(fake_mnist, tmp_path, capsys, recwarn):

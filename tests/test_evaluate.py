@@ -66,8 +66,8 @@ def test_a_bad_batch_size_is_named_not_blamed_on_the_checkpoint(trained, tmp_pat
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
-        (["--data.val_size", "0"], "--data.val_size 0: val_size must be at least 1, got 0."),
-        (["--data.dataset", "cifar10"], "--data.dataset cifar10: dataset"),
+        (["--data.val_size", "0"], "--data.val_size 0: val_size 0 is out of range: it must be at least 1."),
+        (["--data.dataset", "cifar10"], "--data.dataset cifar10 is not one of the choices: mnist, fashion_mnist"),
         (["--data.no_such_argument", "1"], "--data.no_such_argument 1: "),
     ],
 )
@@ -217,3 +217,23 @@ def test_a_batch_size_python_cannot_index_is_refused(trained, tmp_path, monkeypa
     err = one_line(capsys.readouterr().err)
     assert err.startswith(f"Error: --batch_size {value} {said} Run `python scripts/{entry}.py --help`"), err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("entry", ["evaluate", "predict"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_data_value_that_is_not_finite_is_worded_as_train_words_it(tmp_path, monkeypatch, capsys, entry, value):
+    """--data.NAME VALUE is text: YAML reads nan as a string, which jsonargparse refuses for a float."""
+    from importlib import import_module
+
+    monkeypatch.chdir(tmp_path)
+    points = ["--data", "own_data.Points", "--max_epochs", "1", "--enable_progress_bar", "false"]
+    assert train_main([*points, "--output_dir", "run"]) == 0
+    capsys.readouterr()
+    assert train_main([*points, "--output_dir", "bad", "--data.spread", value]) == 2
+    said = f"Error: --data.spread {value} is not a finite number."
+    assert one_line(capsys.readouterr().err).startswith(said)
+    entry_main = import_module(f"mnist_lightning.core.{entry}").main
+    assert entry_main(["--ckpt_path", "run/checkpoints/last.ckpt", "--data.spread", value]) == 2
+    err = capsys.readouterr().err
+    assert one_line(err).startswith(said) and err.count("Error:") == 1 and "Traceback" not in err, err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]

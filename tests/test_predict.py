@@ -62,6 +62,7 @@ def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
             ["x.png", "--max_rows", "-1"],
             "--max_rows -1 is out of range: it must be at least 0",
         ),
+        (["x.png", "--max_rows", "1e30"], "--max_rows 1e30 is not a whole number as written: write it in digits."),
         (["x.png", "--ckpt_path"], "--ckpt_path"),
     ],
 )

@@ -2,8 +2,10 @@
 
 import difflib
 import inspect
+import math
 import operator
 import os
+import pydoc
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,16 +43,28 @@ class NetworkMismatchError(ModelSettingError):
 
 def check_hyperparameters(module: HyperparametersMixin) -> None:
     """Each hyperparameter against its ``__init__`` annotation: the choices of a ``Literal``, the bounds of an
-    ``Annotated[float, "> 0"]``. (Not jsonargparse's PositiveFloat & co.: their values, instances of its classes,
-    would be pickled into checkpoints.)"""
+    ``Annotated[float, "> 0"]``, for a module built in Python (the scripts check the bounds as they parse:
+    check_ranges). (Not jsonargparse's PositiveFloat & co.: their values, instances of its classes, would be pickled
+    into checkpoints.)"""
     for name, kind in module.__init__.__annotations__.items():
         value = module.hparams.get(name)
         if get_origin(kind) is Literal and value not in get_args(kind):
             raise ModelSettingError(f"{name} must be one of {', '.join(map(repr, get_args(kind)))}, got {value!r}")
-        for comparison, bound in (text.split() for text in get_args(kind)[1:] if get_origin(kind) is Annotated):
-            words, holds = BOUNDS[comparison]
-            if not holds(value, float(bound)):
-                raise ModelSettingError(f"{name} must be {words} {bound}, got {value}")
+        if problem := bound_problem(name, value, kind):
+            raise ModelSettingError(problem)
+
+
+def bound_problem(name: str, value: Any, kind: Any) -> str | None:
+    """What is wrong with ``value`` (called ``name``) under the bounds of an ``Annotated[float, "> 0", "<= 1"]``, or
+    None: NaN or inf are no number to bound (YAML's .nan would pass a lower bound silently)."""
+    bounds = [text.split() for text in get_args(kind)[1:]] if get_origin(kind) is Annotated else []
+    if not bounds or not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    if not math.isfinite(value):
+        return f"{name} {value} is not a finite number"
+    if all(BOUNDS[comparison][1](value, float(bound)) for comparison, bound in bounds):
+        return None
+    return f"{name} {value} is out of range: it must be {' and '.join(f'{BOUNDS[c][0]} {b}' for c, b in bounds)}"
 
 
 def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
@@ -95,8 +109,18 @@ BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches"
 BATCH_LIMITS += ("overfit_batches",)
 
 
-def check_ranges(config: Namespace) -> None:
-    """Every setting Lightning would only refuse later (or never), checked before anything starts."""
+def check_ranges(config: Namespace, model: type) -> None:
+    """Every setting Lightning would only refuse later (or never), checked before anything starts: with the bounds
+    that ``model`` (whose arguments are top-level options) and the chosen data module annotate their arguments with."""
+    data = config.get("data")
+    owners = [(model, "--", config)]
+    if isinstance(data, Namespace) and isinstance(data_class := pydoc.locate(data.get("class_path", "")), type):
+        owners.append((data_class, "--data.", data.get("init_args") or Namespace()))
+    for owner, prefix, values in owners:
+        for name, kind in owner.__init__.__annotations__.items():
+            flag = "--batch_size" if name == "batch_size" else prefix + name  # linked into the data module
+            if name in values and (problem := bound_problem(flag, values[name], kind)):
+                raise UserError(f"{problem}.")
     for name, (lowest, highest) in RANGES.items():
         value = config.get(name)
         if isinstance(value, int | float) and not isinstance(value, bool) and not lowest <= value <= (highest or value):

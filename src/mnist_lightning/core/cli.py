@@ -224,9 +224,9 @@ def parse(parser: ArgumentParser, args: list[str]) -> Namespace:
     as the file writes it."""
     try:
         config = parser.parse_args(args)
-        check_ranges(config)
+        check_ranges(config, Classifier)
     except (ArgumentError, UserError) as error:
-        message = str(parse_error(error, parser) if isinstance(error, ArgumentError) else error)
+        message = str(parse_error(error, parser, args) if isinstance(error, ArgumentError) else error)
         raise UserError(config_file_wording(message, args)) from error
     return config
 
@@ -303,12 +303,17 @@ def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) ->
     try:
         return parser.parse_args(argv)
     except ArgumentError as error:
-        raise parse_error(error, parser) from error
+        raise parse_error(error, parser, sys.argv[1:] if argv is None else argv) from error
 
 
-def parse_error(error: ArgumentError, parser: ArgumentParser) -> UserError:
+def parse_error(error: ArgumentError, parser: ArgumentParser, args: list[str]) -> UserError:
     """jsonargparse's error as one paragraph: the flag and what is wrong, the option meant, where the help is."""
     message = explain(error)
+    # argparse takes a value that starts with '-' (--lr -inf) for an option, and says the flag got none.
+    if (flag := re.match(r"argument (--[\w.]+): expected one argument", message)) and (
+        value := flag_value(args, flag[1]) or ""
+    ).startswith("-"):
+        message = f"{flag[1]} {value}: a value that starts with '-' is read as an option; write it {flag[1]}={value}."
     unknown = re.match(r"unrecognized arguments: --([\w.]+)", message, flags=re.IGNORECASE)  # 4.43: "Unrecognized"
     options = [action.dest for action in parser._actions if not action.dest.endswith(("help", "+"))]
     if unknown and (guesses := closest(unknown[1], options)):

@@ -59,8 +59,10 @@ def explain(error: ArgumentError | str) -> str:
     owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
     if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)(?: - Expected a <class .NoneType.>.*)?$', problem):
         return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
-    # The value: as jsonargparse shows it, or as int() or float() refused it, or as a restricted type did
-    given = re.search(r"(?:Given|Got) value: (\S+)$|(?:10|float): '(.*)'$|: (\S+) not an? (?:integer|number)$", problem)
+    # The value: as jsonargparse shows it (a list or a mapping too), or as int() or float() refused it, or as a
+    # restricted type did
+    shown = r"(?:Given|Got) value: (\[.*\]|\{.*\}|\S+)$"
+    given = re.search(shown + r"|(?:10|float): '(.*)'$|: (\S+) not an? (?:integer|number)$", problem)
     value = next((group for group in given.groups() if group), "") if given else ""
     path = re.search(r"class_path[ =]'([^']+)'", problem)
     if (option := re.search(r"(?:Option|Key) '([^']+)' is not (?:accepted|expected)", problem)) and path:
@@ -105,11 +107,14 @@ def explain(error: ArgumentError | str) -> str:
 
 
 def not_whole(flag: str, value: str) -> str:
-    """An int option's value that is not a whole number; or one that is, written as a float (1e9, 100.0)."""
+    """An int option's value that is not a whole number; or one that is, written as a float (1e9, 100.0): its
+    digits, if the float holds them exactly (1e30 holds 1000000000000000019884624838656)."""
     try:
-        whole = float(value).is_integer()
+        whole = float(value).is_integer() and abs(float(value)) < 2**53
     except ValueError:
         whole = False
+    if not whole and re.fullmatch(r"[+-]?\d+(\.0*)?(e\+?\d+)?", value.lower()):
+        return f"{flag} {value} is not a whole number as written: write it in digits."
     return f"{flag} {value} is not a whole number" + (f" as written: write {int(float(value))}." if whole else ".")
 
 
