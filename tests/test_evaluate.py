@@ -66,7 +66,7 @@ def test_a_bad_batch_size_is_named_not_blamed_on_the_checkpoint(trained, tmp_pat
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
-        (["--data.val_size", "0"], "--data.val_size 0: val_size 0 is out of range: it must be at least 1."),
+        (["--data.val_size", "0"], "--data.val_size 0 is out of range: it must be at least 1."),
         (["--data.dataset", "cifar10"], "--data.dataset cifar10 is not one of the choices: mnist, fashion_mnist"),
         (["--data.no_such_argument", "1"], "--data.no_such_argument 1: "),
     ],

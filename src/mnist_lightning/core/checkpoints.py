@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from jsonargparse import ArgumentError
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import instantiate_module
@@ -17,7 +18,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..lightning_module import Classifier
 from .errors import UserError
-from .messages import first_line
+from .messages import explain, first_line
 from .records import replaced
 
 RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")
@@ -51,9 +52,14 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     if data_overrides:  # checked by the data module in its own terms, and named as the user gave them
         try:
             datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
-        except Exception as error:
-            given = [f"--{'' if k == 'batch_size' else 'data.'}{k} {v}" for k, v in data_overrides.items()]
-            raise UserError(f"{' '.join(given)}: {first_line(error)}.") from error
+        except ArgumentError as error:  # by the data module's signature: worded as train.py's parser words it
+            # ("module" is instantiate_module's name for what train.py calls --data)
+            raise UserError(explain(str(error).replace('"module"', '"data"', 1))) from error
+        except Exception as error:  # by the data module's own checks, which name the argument (or not)
+            flags = {k: f"--{'' if k == 'batch_size' else 'data.'}{k}" for k in data_overrides}
+            message, named = first_line(error), next((k for k in flags if first_line(error).startswith(f"{k} ")), None)
+            given = " ".join(f"{flag} {data_overrides[k]}" for k, flag in flags.items())
+            raise UserError(f"{flags[named][: -len(named)]}{message}." if named else f"{given}: {message}.") from error
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))

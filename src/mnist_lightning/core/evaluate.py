@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import yaml
-from jsonargparse import ArgumentError, ArgumentParser, Namespace
+from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import LightningDataModule, Trainer
 
 from ..lightning_module import Classifier
@@ -16,8 +16,7 @@ from .checkpoints import Checkpoint, load_checkpoint
 from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, BatchSize, Parser, make_trainer, parse_command_line
 from .devices import check_accelerator
-from .errors import UserError, run_main
-from .messages import explain
+from .errors import run_main
 from .records import discard_new_run, new_run_dir, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
@@ -45,12 +44,7 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
     overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
     overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
-    try:
-        return load_checkpoint(config.ckpt_path, **overrides)
-    except UserError as error:  # jsonargparse refused a value as train.py's parser does: worded as train.py words it
-        if not isinstance(refused := error.__cause__, ArgumentError):
-            raise
-        raise UserError(explain(str(refused).replace('Parser key "module"', 'Parser key "data"', 1))) from error
+    return load_checkpoint(config.ckpt_path, **overrides)
 
 
 def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
