@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -190,15 +192,23 @@ def test_an_export_past_a_file_size_limit(checkpoint, tmp_path):
     assert exported(tmp_path / "exports") == earlier
 
 
-@pytest.mark.slow
-def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
-    """On a real, small file system (tmpfs: needs root, as in CI's container; skipped elsewhere)."""
-    disk = tmp_path / "small"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=280k", "tmpfs", str(disk)], capture_output=True)
+@contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """A real, small file system at ``folder`` (tmpfs: needs root, as in CI's container; skipped elsewhere)."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+        os.sync()
+
+
+@pytest.mark.slow
+def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
+    with small_disk(tmp_path / "small", "280k") as disk:
         run = disk / f"run-{uuid.uuid4().hex[:6]}"
         flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "6", "--quiet", "true"]
         assert main([*flags, "--output_dir", str(run)]) == 1
@@ -211,20 +221,12 @@ def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
         command = resume_command(message)
         command[command.index("--output_dir") + 1] = str(moved)
         assert main(command) == 0 and epochs_kept >= 1
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
-        os.sync()
 
 
 @pytest.mark.slow
 def test_an_export_onto_a_disk_that_is_full(checkpoint, tmp_path, capsys):
-    """On a real, small file system (tmpfs, as above): the ONNX file does not fit beside the earlier export."""
-    disk = tmp_path / "small"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    """The ONNX file does not fit beside the earlier export."""
+    with small_disk(tmp_path / "small", "128k") as disk:
         flags = ["--ckpt_path", checkpoint, "--output_dir", str(disk / "exports")]
         assert export.main(flags) == 0
         earlier = exported(disk / "exports")
@@ -232,5 +234,3 @@ def test_an_export_onto_a_disk_that_is_full(checkpoint, tmp_path, capsys):
         message = one_line(capsys.readouterr().err)
         assert "could not be written: the disk is full" in message and "Traceback" not in message, message
         assert exported(disk / "exports") == earlier
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
