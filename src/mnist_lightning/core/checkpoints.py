@@ -56,10 +56,12 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
             # ("module" is instantiate_module's name for what train.py calls --data)
             raise UserError(explain(str(error).replace('"module"', '"data"', 1))) from error
         except Exception as error:  # by the data module's own checks, which name the argument (or not)
+            message = first_line(error)
             flags = {k: f"--{'' if k == 'batch_size' else 'data.'}{k}" for k in data_overrides}
-            message, named = first_line(error), next((k for k in flags if first_line(error).startswith(f"{k} ")), None)
+            if named := next((k for k in flags if message.startswith(f"{k} ")), None):  # "val_size 0 is out of ..."
+                raise UserError(f"{flags[named]}{message[len(named) :]}.") from error
             given = " ".join(f"{flag} {data_overrides[k]}" for k, flag in flags.items())
-            raise UserError(f"{flags[named][: -len(named)]}{message}." if named else f"{given}: {message}.") from error
+            raise UserError(f"{given}: {message}.") from error
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
