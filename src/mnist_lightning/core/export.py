@@ -4,7 +4,6 @@ Both take a batch of model inputs (float32, any batch size) and return class sco
 
 import importlib.util
 import io
-import json
 import os
 import shutil
 import sys
@@ -17,7 +16,7 @@ from jsonargparse import ArgumentParser, Namespace
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser, parse_command_line
 from .errors import UserError, WriteError, run_main
-from .records import RUN_RECORD, lock, release
+from .records import RUN_RECORD, json_text, lock, release
 
 
 def build_parser() -> ArgumentParser:
@@ -77,7 +76,7 @@ def write_export(ckpt_path: str, paths: dict[str, Path], staging: Path) -> None:
             "output": {"name": "logits", "dtype": "float32", "shape": ["batch", classes], "meaning": "class scores"},
         }
         spec |= getattr(checkpoint.datamodule, "preprocessing", dict)()
-        staged(staging, paths["preprocessing"], lambda file: file.write_text(json.dumps(spec, indent=2) + "\n"))
+        staged(staging, paths["preprocessing"], lambda file: file.write_text(json_text(spec)))
         for path in paths.values():
             os.replace(staging / path.name, path)
     finally:

@@ -124,10 +124,13 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
 
 
 def write_json(path: str | Path, data: dict) -> None:
-    """``data`` as valid JSON: NaN and infinities, which JSON lacks, as null."""
-    text = json.dumps(json.loads(json.dumps(data), parse_constant=lambda name: None), indent=2) + "\n"
     with replaced(Path(path)) as file:
-        file.write(text.encode())
+        file.write(json_text(data).encode())
+
+
+def json_text(data: dict) -> str:
+    """``data`` as valid JSON: NaN and infinities, which JSON lacks, as null."""
+    return json.dumps(json.loads(json.dumps(data), parse_constant=lambda name: None), indent=2) + "\n"
 
 
 def run_metrics(*, test: dict[str, float], device: torch.device, **settings: Any) -> dict[str, Any]:
