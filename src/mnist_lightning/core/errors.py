@@ -57,11 +57,11 @@ def run_main(
     main: Callable[[], object],
     user_errors: tuple[type[Exception], ...] = (),
     stops_itself: Callable[[], bool] = lambda: False,
+    where: Callable[[], str] | None = None,
 ) -> int:
-    """Run an entry point: a UserError, or one of ``user_errors`` (what the project's classes raise in their own
-    terms), becomes a paragraph on stderr and its exit status (``exit_code``, else 2). SIGTERM, which by default
-    ends the process at once, stops it as Ctrl-C does: through every clean-up (``finally``), then status 143;
-    except while ``stops_itself()``: a Trainer's fit, which Lightning stops after the batch in progress."""
+    """Run an entry point: a UserError, or one of ``user_errors``, becomes a paragraph on stderr and its exit status
+    (``exit_code``, else 2). SIGTERM stops it as Ctrl-C does: through every clean-up (``finally``), then status 143,
+    ``where()`` said if given; except while ``stops_itself()``: a fit, which Lightning stops after its batch."""
     apply_workarounds()
 
     def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
@@ -81,13 +81,13 @@ def run_main(
     except (UserError, *user_errors) as error:
         print_error(str(error))
         return getattr(error, "exit_code", USAGE_ERROR)
-    except KeyboardInterrupt:  # Ctrl-C outside training (start-up, testing): nothing to save there
-        print("\nInterrupted.", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"\nStopped by Ctrl-C: {where()}" if where else "\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
     except SystemExit as stop:
         if stop.code != TERMINATED:
             raise
-        print("\nStopped by SIGTERM.", file=sys.stderr)
+        print(f"\nStopped by SIGTERM: {where()}" if where else "\nStopped by SIGTERM.", file=sys.stderr)
         return TERMINATED
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit

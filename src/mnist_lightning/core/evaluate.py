@@ -1,5 +1,4 @@
-"""Test a trained checkpoint on its data module's test set, on any accelerator; writes ``metrics.json``, with the
-keys of training's, in a new run folder."""
+"""Test a trained checkpoint on its data module's test set; ``metrics.json`` (training's keys) in a new folder."""
 
 import logging
 import sys
@@ -39,8 +38,7 @@ def add_checkpoint_options(parser: ArgumentParser) -> None:
 
 
 def load_with_overrides(config: Namespace) -> Checkpoint:
-    """The checkpoint of ``config.ckpt_path``, its data module built with the changes that add_checkpoint_options
-    reads."""
+    """The checkpoint of ``config.ckpt_path``, its data module built with add_checkpoint_options's changes."""
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
     overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
     overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
@@ -52,11 +50,7 @@ def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModul
     with data_module_errors(datamodule), lightning_notes_ignored():
         (results,) = trainer.test(model, datamodule=datamodule, verbose=False) or [{}]
     check_tested(trainer)
-    kept = {"devices": trainer.num_devices, "precision": trainer.precision, "test_seconds": time.perf_counter() - start}
-    device, batch_size = trainer.strategy.root_device, datamodule.hparams.batch_size
-    metrics = run_metrics(test=results, device=device, epochs=epochs, history=[], batch_size=batch_size, **kept)
-    if model.test_confusion_matrix is not None:
-        metrics["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
+    metrics = run_metrics(trainer, model, test=results, epochs=epochs, test_seconds=time.perf_counter() - start)
     if trainer.is_global_zero:
         write_json(Path(trainer.default_root_dir) / "metrics.json", metrics)
         accuracy, loss = 100 * metrics["test/acc"], metrics["test/loss"]

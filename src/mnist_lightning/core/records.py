@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -133,14 +134,27 @@ def json_text(data: dict) -> str:
     return json.dumps(json.loads(json.dumps(data), parse_constant=lambda name: None), indent=2) + "\n"
 
 
-def run_metrics(*, test: dict[str, float], device: torch.device, **settings: Any) -> dict[str, Any]:
+def run_metrics(
+    trainer: Trainer, model: LightningModule, *, test: dict, epochs: int, history: list | None = None, **settings: Any
+) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
+    device = trainer.strategy.root_device
     record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
     record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
+    record |= {
+        "num_nodes": trainer.num_nodes,
+        "epochs": epochs,
+        "history": history or [],
+        "devices": trainer.num_devices,
+    }
+    record |= {"precision": trainer.precision, "batch_size": trainer.datamodule.hparams.batch_size}
     # ru_maxrss is in KiB on Linux, in bytes on macOS.
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return record | {"num_nodes": 1} | settings | {"peak_host_mb": host, "peak_gpu_mb": gpu}
+    record |= settings | {"peak_host_mb": host, "peak_gpu_mb": gpu}
+    if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
+        record["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
+    return record
 
 
 class CSVLog(CSVLogger):

@@ -1,12 +1,8 @@
 """Train with Lightning: fit, test the best checkpoint, write ``metrics.json`` (and plots) in the run folder.
-
-``python scripts/train.py --accelerator gpu --devices 1``; the objects are built from the command line by
-:mod:`mnist_lightning.core.cli`, and :func:`train` only runs them, so tests and notebooks can call it directly.
-"""
+:mod:`mnist_lightning.core.cli` builds the objects; :func:`train` only runs them, so tests can call it directly."""
 
 import importlib.util
 import os
-import signal
 import sys
 import time
 import traceback
@@ -25,22 +21,19 @@ from ..lightning_module import Classifier
 from .callbacks import EpochHistory
 from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
-from .errors import UserError, WriteError, run_main
+from .errors import TERMINATED, UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
 
 class NothingTrainedError(Exception):
-    """The fit ended without a single training step."""
-
     exit_code = 2
 
 
 def train(
     trainer: Trainer, model: Classifier, datamodule: LightningDataModule, ckpt_path: str | None = None
 ) -> dict[str, Any]:
-    """Fit (resuming from ``ckpt_path`` if given), test the best checkpoint, and return the run's metrics,
-    written to ``metrics.json`` in the Trainer's ``default_root_dir``."""
+    """Fit (resuming from ``ckpt_path`` if given), test the best checkpoint; the metrics, also in metrics.json."""
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
@@ -66,7 +59,7 @@ def train(
         )
     # The whole run's fit time: a resumed run adds this segment to the earlier ones' (kept in its checkpoints).
     fit_seconds = history.fit_seconds() if history else time.perf_counter() - start
-    epochs = list(history.rows) if history else []  # before testing: loading a checkpoint restores callbacks too
+    rows = list(history.rows) if history else []  # before testing: loading a checkpoint restores callbacks too
     # Test the weights that did best on validation, not merely the last ones.
     best = trainer.checkpoint_callback
     best_path = best.best_model_path if best else ""
@@ -83,21 +76,16 @@ def train(
             error.args = (f"{str(error).rstrip('.')}. {last} keeps the trained epochs: {fix}.",)
         raise
     metrics = run_metrics(
+        trainer,
+        model,
         test=results[0] if results else {},  # none with --limit_test_batches 0
-        device=trainer.strategy.root_device,
         epochs=trainer.current_epoch,
-        history=epochs,
+        history=rows,
         fit_seconds=fit_seconds,
         best_val_acc=float(best.best_model_score) if best and best.best_model_score is not None else None,
         best_checkpoint=best_path or None,
-        devices=trainer.num_devices,
-        num_nodes=trainer.num_nodes,
-        precision=trainer.precision,
-        batch_size=datamodule.hparams.batch_size,
         seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # what seed_everything set
     )
-    if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
-        metrics["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
     if trainer.fast_dev_run:  # a smoke test, said first: its numbers are of a few batches, not of a trained model
         metrics = {"fast_dev_run": int(trainer.fast_dev_run)} | metrics
     if trainer.is_global_zero:
@@ -106,7 +94,7 @@ def train(
         if importlib.util.find_spec("matplotlib") and not trainer.fast_dev_run:
             from .plots import save_plots  # matplotlib's import is slow: only runs that plot pay for it
 
-            plots = save_plots(epochs, model.test_confusion_matrix, run_dir)
+            plots = save_plots(rows, model.test_confusion_matrix, run_dir)
         print_summary(metrics, run_dir, plots)
     return metrics
 
@@ -154,52 +142,35 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
         print('Plots: pip install -e ".[plots]" for learning curves and a confusion matrix.')
 
 
-class Stopped(Exception):
-    """Ctrl-C or SIGTERM ended the run; the message says where it stands."""
-
-    def __init__(self, signum: int, message: str) -> None:
-        super().__init__(message)
-        self.exit_code = 128 + signum  # the shell's convention for "ended by this signal": 130 or 143
-
-
 def main(argv: list[str] | None = None) -> int:
-    built: list[Training] = []
+    job: Training | None = None
 
     def run() -> None:
+        nonlocal job
         try:
-            built.append(build_training(parse_args(argv)))
-            job = built[0]
+            job = build_training(parse_args(argv))
             try:
                 train(job.trainer, job.model, job.datamodule, job.ckpt_path)
             except BaseException:  # a new run that fails before its first checkpoint leaves no folder behind
                 if not job.resuming and job.trainer.is_global_zero:
                     discard_new_run(job.run_dir)
                 raise
-        except (KeyboardInterrupt, SystemExit) as stop:
-            # Inside a Trainer call Lightning ends Ctrl-C with sys.exit(1) and SIGTERM with SIGTERMException,
-            # after its callbacks' on_exception; outside, SIGTERM exits through run_main's handler.
-            sigterm = isinstance(stop, SIGTERMException) or getattr(stop, "code", None) == 128 + signal.SIGTERM
-            if not (sigterm or isinstance(stop, KeyboardInterrupt) or (built and built[0].trainer.interrupted)):
-                raise
-            where = where_the_run_stands(built[0] if built else None)
-            raise Stopped(
-                signal.SIGTERM if sigterm else signal.SIGINT,
-                f"Stopped by {'SIGTERM' if sigterm else 'Ctrl-C'}: {where}",
-            ) from stop
+        except SystemExit as stop:  # how Lightning ends a Trainer call stopped by SIGTERM, or by Ctrl-C (exit 1)
+            if isinstance(stop, SIGTERMException):
+                raise SystemExit(TERMINATED) from stop
+            if stop.code != TERMINATED and job and job.trainer.interrupted:
+                raise KeyboardInterrupt from stop
+            raise
         except WriteError as error:  # a full disk, say: what was kept, and how to go on once there is room
-            where = where_the_run_stands(built[0] if built else None)
+            where = where_the_run_stands(job)
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
             raise
 
     def fitting() -> bool:
-        trainer = built[0].trainer if built else None
-        return bool(trainer and trainer.state.fn == TrainerFn.FITTING and trainer.state.status == TrainerStatus.RUNNING)
+        state = job.trainer.state if job else None
+        return bool(state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING)
 
-    try:
-        return run_main(run, (*USER_ERRORS, NothingTrainedError), stops_itself=fitting)
-    except Stopped as stop:
-        print(f"\n{stop}", file=sys.stderr)
-        return stop.exit_code
+    return run_main(run, (*USER_ERRORS, NothingTrainedError), fitting, lambda: where_the_run_stands(job))
 
 
 def where_the_run_stands(training: Training | None) -> str:
