@@ -1,6 +1,5 @@
-"""Callbacks of every training run: each stage's first batch checked against the data module, the per-epoch history
-for ``metrics.json`` (which also stops a diverged run), ``--max_time`` checked per epoch, and the progress display:
-a bar in a terminal, a line per epoch in a log file."""
+"""Callbacks of every training run: first batches checked, the per-epoch history (which stops a diverged run),
+``--max_time`` per epoch, and the progress display."""
 
 import math
 import os
@@ -21,23 +20,20 @@ RECORDED = ("train/loss", "val/loss", "val/acc")
 
 
 class DivergedError(Exception):
-    """The training loss stopped being a finite number; the message says when and what to change."""
-
     exit_code = 1
 
 
 class BatchCheck(Callback):
-    """The first batch of each stage against the data module's input_shape and num_classes (the model's), so that
-    a batch that breaks them is named with its data module, not found by a traceback from inside the step. (The
-    contract of lightning_module.Classifier: a LightningModule of other batches drops it from cli.build_trainer.)"""
+    """Each stage's first batch against the data module's input_shape and num_classes: a batch that breaks them is
+    named with its data module, not found by a traceback from the step (a module of other batches drops it)."""
 
-    def check(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int, loader: str) -> None:
+    def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if batch_idx == 0:
+            loader = f"{trainer.state.stage.dataloader_prefix}_dataloader"  # train_, val_ or test_dataloader
             hparams = pl_module.hparams
             check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes)
 
-    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        self.check(trainer, pl_module, batch, batch_idx, "train_dataloader")
+    on_validation_batch_start = on_test_batch_start = on_train_batch_start
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
@@ -50,12 +46,6 @@ class BatchCheck(Callback):
             )
 
     on_train_epoch_end = on_train_start
-
-    def on_validation_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx=0) -> None:
-        self.check(trainer, pl_module, batch, batch_idx, "val_dataloader")
-
-    def on_test_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx=0) -> None:
-        self.check(trainer, pl_module, batch, batch_idx, "test_dataloader")
 
 
 class EpochHistory(Callback):
@@ -115,8 +105,7 @@ class EpochHistory(Callback):
 
 
 def random_states() -> dict:
-    """The random generators' states, as plain values and tensors. Lightning keeps none in a checkpoint, so a resumed
-    run would draw other dropout masks and, from a DataLoader with ``shuffle=True``, another order of batches."""
+    """As plain values and tensors: Lightning keeps none, and a resumed run would draw other dropouts and batches."""
     kind, keys, *position = np.random.get_state()
     states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *position]}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -159,23 +148,13 @@ class ThrottledBar(TQDMProgressBar):
 
     _drawn_at = 0.0
 
-    def _due(self, batch_idx: int, batches: int | float) -> bool:
-        due = batch_idx + 1 >= batches or time.monotonic() - self._drawn_at >= 0.1
+    def _should_update(self, current: int, total: int | None) -> bool:  # Lightning's test of every batch's redraw
+        due = self.is_enabled and (current == total or time.monotonic() - self._drawn_at >= 0.1)
         self._drawn_at = time.monotonic() if due else self._drawn_at
         return due
 
-    def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._due(batch_idx, self.total_train_batches):
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx=0) -> None:
-        if self._due(batch_idx, self.total_val_batches_current_dataloader):
-            super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
-
 
 class EpochLines(ProgressBar):
-    """Progress for output that is not a terminal: one line per epoch as it ends, with its metrics."""
-
     def disable(self) -> None:  # Lightning's call on every process but the first, which print nothing here
         pass
 

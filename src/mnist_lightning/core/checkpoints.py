@@ -35,8 +35,7 @@ class Checkpoint(NamedTuple):
 
 
 def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
-    """The model, its data module (``data_overrides`` replace some of its arguments) and its epochs: every entry
-    point loads through here, so a bad file gets the same message everywhere."""
+    """Every entry point loads through here, so a bad file gets the same message everywhere."""
     contents = read_checkpoint(path)
     recorded = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
     try:
@@ -135,8 +134,7 @@ def completed_epochs(contents: dict[str, Any]) -> int:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints written whole or not at all (:func:`records.replaced`), which Lightning's own writes are not:
-    they go through a temporary file in /tmp, moved across disks and not synced."""
+    """Written whole or not at all (:func:`records.replaced`): Lightning's go through /tmp, moved and not synced."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         with replaced(Path(path)) as file:
@@ -144,8 +142,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class RunCheckpoint(ModelCheckpoint):
-    """The paths in its state follow a run folder moved or copied (off a cluster) and resumed there: ModelCheckpoint
-    would keep only the best one, pointing at the old place."""
+    """Its paths follow a run folder moved (off a cluster) and resumed there: ModelCheckpoint would keep only the
+    best one, pointing at the old place."""
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         def moved(path: str) -> str:

@@ -1,4 +1,5 @@
-"""Test a trained checkpoint on its data module's test set; ``metrics.json`` (training's keys) in a new folder."""
+"""Test a trained checkpoint on its data module's test set, on any accelerator; writes ``metrics.json``, with the
+keys of training's, in a new run folder."""
 
 import logging
 import sys

@@ -3,6 +3,7 @@
 "skipped" with the reason; a table, and every row to a .csv or .json."""
 
 import csv
+import io
 import logging
 import sys
 import tempfile
@@ -19,10 +20,10 @@ from torch.utils.data import DataLoader
 from .checks import data_module_errors
 from .cli import USER_ERRORS, Parser, make_trainer, parse_command_line
 from .devices import check_accelerator
-from .errors import NothingToPredict, UserError, WriteError, run_main
+from .errors import NothingToPredict, UserError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
 from .messages import first_line
-from .records import write_json
+from .records import replaced, write_json
 
 
 def build_parser() -> ArgumentParser:
@@ -52,6 +53,12 @@ def check_output(path: Path) -> None:
 def read_files(inputs: list[str], data) -> tuple[list[dict], list]:
     """A row per input (with status and note where it has no prediction) and the samples of the others, in order.
     A file that fails is skipped with the reason, and the rest still count."""
+    if not hasattr(data, "read_file"):
+        raise UserError(
+            f"{type(data).__name__}, the data module the model was trained with, cannot read files (it has no "
+            "read_file method): run predict.py without inputs to predict its predict_dataloader, or give it a "
+            "read_file(path)."
+        )
     rows, samples = [], []
     can_read = getattr(data, "can_read", lambda path: True)
     for entry in map(Path, inputs):
@@ -72,34 +79,32 @@ def read_files(inputs: list[str], data) -> tuple[list[dict], list]:
     return rows, samples
 
 
+def read_loader(data, ckpt_path: str) -> tuple[list[dict], list]:
+    """Read here: Trainer.predict re-creates a data module's DataLoader, which not every DataLoader allows."""
+    if not is_overridden("predict_dataloader", data, LightningDataModule):
+        name = type(data).__name__
+        files = "pass files that it reads" if hasattr(data, "read_file") else "give it a read_file(path) and pass files"
+        raise UserError(
+            f"{name}, the data module the model was trained with, has no predict_dataloader, so predict.py without "
+            f"inputs has nothing to predict. Define predict_dataloader() in {name} to return the samples to predict, "
+            f"or {files}: python scripts/predict.py FILE_OR_FOLDER ... --ckpt_path {ckpt_path}."
+        )
+    with data_module_errors(data):
+        data.prepare_data()  # Lightning's place for a download or a generated file (not needed to read inputs)
+        data.setup("predict")
+        loader = data.predict_dataloader()
+    batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in loader]
+    samples = [sample for batch in batches for sample in batch]
+    return [{"input": f"#{i}"} for i in range(len(samples))], samples
+
+
 def predict(config: Namespace) -> list[dict]:
     if config.output:
         check_output(config.output)
     check_accelerator(config.accelerator)
     checkpoint = load_with_overrides(config)
     model, data, name = checkpoint.model, checkpoint.datamodule, type(checkpoint.datamodule).__name__
-    if config.inputs and not hasattr(data, "read_file"):
-        raise UserError(
-            f"{name}, the data module the model was trained with, cannot read files (it has no read_file method): "
-            "run predict.py without inputs to predict its predict_dataloader, or give it a read_file(path)."
-        )
-    if not config.inputs and not is_overridden("predict_dataloader", data, LightningDataModule):
-        files = "pass files that it reads" if hasattr(data, "read_file") else "give it a read_file(path) and pass files"
-        raise UserError(
-            f"{name}, the data module the model was trained with, has no predict_dataloader, so predict.py without "
-            f"inputs has nothing to predict. Define predict_dataloader() in {name} to return the samples to predict, "
-            f"or {files}: python scripts/predict.py FILE_OR_FOLDER ... --ckpt_path {config.ckpt_path}."
-        )
-    if config.inputs:
-        rows, samples = read_files(config.inputs, data)
-    else:  # read here: Trainer.predict re-creates a data module's DataLoader, which not every DataLoader allows
-        with data_module_errors(data):
-            data.prepare_data()  # Lightning's place for a download or a generated file (not needed to read inputs)
-            data.setup("predict")
-            loader = data.predict_dataloader()
-        batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in loader]
-        samples = [sample for batch in batches for sample in batch]
-        rows = [{"input": f"#{i}"} for i in range(len(samples))]
+    rows, samples = read_files(config.inputs, data) if config.inputs else read_loader(data, config.ckpt_path)
     shape, source = tuple(model.hparams.input_shape), "read_file()" if config.inputs else "predict_dataloader()"
     if (wrong := next((s for s in samples if not isinstance(s, Tensor) or tuple(s.shape) != shape), None)) is not None:
         got = f"of shape {tuple(wrong.shape)}" if isinstance(wrong, Tensor) else f"that is a {type(wrong).__name__}"
@@ -130,15 +135,13 @@ def predict(config: Namespace) -> list[dict]:
         print_table(rows, config.max_rows, config.min_confidence)
     if config.output and config.output.suffix.lower() == ".json":
         write_json(config.output, {"predictions": rows})
-    elif config.output:
-        try:
-            config.output.parent.mkdir(parents=True, exist_ok=True)
-            with config.output.open("w", newline="") as file:
-                writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
-        except OSError as error:
-            raise WriteError(config.output, error) from error
+    elif config.output:  # written whole, as the .json is
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        with replaced(config.output) as file:
+            file.write(text.getvalue().encode())
     if config.output and not config.quiet:
         print(f"Wrote {config.output}")
     return rows

@@ -91,15 +91,14 @@ def lock(folder: Path) -> None:
 
 
 def release(folder: Path | None = None) -> None:
-    """Let go of ``folder``'s lock (of every folder this process holds, without one)."""
+    """Let go of ``folder``'s lock (without one: of every folder this process holds)."""
     for key in [folder.resolve()] if folder else list(_held):
         if handle := _held.pop(key, None):
             handle.close()
 
 
 def discard_new_run(folder: Path) -> None:
-    """Remove the folder of a new run that failed before its resume point (last.ckpt) or its results (metrics.json):
-    no half-made run is left, and the same command can start it again."""
+    """A new run that failed before its resume point or its results: no half-made run is left to block its restart."""
     release(folder)
     if not any((folder / name).is_file() for name in ("checkpoints/last.ckpt", "metrics.json")):
         shutil.rmtree(folder, ignore_errors=True)
@@ -158,9 +157,8 @@ def run_metrics(
 
 
 class CSVLog(CSVLogger):
-    """Lightning's CSVLogger (logs/metrics.csv, hparams.yaml), a write that fails (a full disk) a WriteError that
-    names the file. The file is put back as it was (no row cut short is left for a reader to take for a number),
-    and the rows it could not write are dropped: Lightning's clean-up after the error would only retry them."""
+    """Lightning's CSVLogger, a failed write a WriteError naming the file, which is put back as it was (no row cut
+    short is left for a reader to take for a number); its rows are dropped, which Lightning's clean-up would retry."""
 
     @rank_zero_only
     def log_hyperparams(self, params: Any = None) -> None:

@@ -101,10 +101,8 @@ def train(
 
 @contextmanager
 def lightning_refusals_as_errors(datamodule: LightningDataModule) -> Iterator[None]:
-    """Settings that Lightning itself can only refuse once the data is known (a --val_check_interval longer than
-    an epoch, a callback monitoring a metric that is not logged): its message, without the traceback. Raised by a
-    line of Lightning's own, not by the model's code, whose errors keep their tracebacks; the data module's
-    are named with its method (:func:`data_module_errors`)."""
+    """What Lightning can only refuse once the data is known (a --val_check_interval longer than an epoch): its
+    message without the traceback, if raised by Lightning's own line (the model's errors keep theirs)."""
     try:
         with data_module_errors(datamodule):
             yield
