@@ -13,7 +13,6 @@ from .records import replaced
 
 
 def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) -> list[Path]:
-    """Write curves.png (and confusion_matrix.png when given one); returns the paths written."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no window: works on servers and in CI
