@@ -148,10 +148,18 @@ class ThrottledBar(TQDMProgressBar):
 
     _drawn_at = 0.0
 
-    def _should_update(self, current: int, total: int | None) -> bool:  # Lightning's test of every batch's redraw
-        due = self.is_enabled and (current == total or time.monotonic() - self._drawn_at >= 0.1)
+    def _due(self, batch_idx: int, batches: int | float) -> bool:
+        due = batch_idx + 1 >= batches or time.monotonic() - self._drawn_at >= 0.1
         self._drawn_at = time.monotonic() if due else self._drawn_at
         return due
+
+    def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._due(batch_idx, self.total_train_batches):
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx=0) -> None:
+        if self._due(batch_idx, self.total_val_batches_current_dataloader):
+            super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
 
 
 class EpochLines(ProgressBar):
