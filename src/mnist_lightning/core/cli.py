@@ -210,13 +210,12 @@ def flag_value(argv: list[str], flag: str) -> str | None:
 
 
 def parse(parser: ArgumentParser, args: list[str]) -> Namespace:
-    """``parser.parse_args(args)`` with the ranges checked; a mistake as one paragraph."""
+    """:func:`parse_command_line` with the ranges checked, in a config file's terms where its value was refused."""
     try:
-        config = parser.parse_args(args)
+        config = parse_command_line(parser, args)
         check_ranges(config, Classifier)
-    except (ArgumentError, UserError) as error:
-        message = str(parse_error(error, parser, args) if isinstance(error, ArgumentError) else error)
-        raise UserError(config_file_wording(message, args)) from error
+    except UserError as error:
+        raise UserError(config_file_wording(str(error), args)) from error
     return config
 
 
@@ -581,7 +580,7 @@ def as_list(value: Any) -> list:
     return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
 
 
-def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Logger | list[Logger] | bool:
+def build_logger(config: Namespace, run_dir: Path, resuming: bool) -> Logger | list[Logger] | bool:
     if config.logger in ("csv", None, True):
         # <run_dir>/logs/metrics.csv; a resumed run logs to logs/resume-N/ rather than overwrite it.
         version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
@@ -593,7 +592,7 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
     return config.logger  # False, or Logger objects built from class paths
 
 
-def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False, settings: dict | None = None) -> Trainer:
+def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: dict) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
     callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings)]
     if config.max_time is not None:
