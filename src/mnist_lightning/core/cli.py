@@ -70,14 +70,12 @@ from .records import (
 )
 from .workarounds import lightning_notes_ignored
 
-# The errors the project's classes raise in their own terms; run_main prints them as messages.
-# Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
-# --limit_train_batches fraction smaller than one batch); its messages name the setting and the fix.
+# Errors raised in the user's terms, printed as messages; Lightning's MisconfigurationException: settings wrong only
+# once the data is known (a --limit_train_batches fraction below one batch), its messages name the setting and the fix.
 USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException, WriteError)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-# What may differ when a run is resumed from its record: how long it trains, where and how it shows progress.
-# Anything else would make the finished run a mix of two configurations, and is refused.
+# What a resumed run may change (how long it trains, where and how it shows progress): not what makes the run.
 RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
 RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"}
 RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read

@@ -57,8 +57,7 @@ def explain(error: ArgumentError | str) -> str:
     rest = r"(?: - Expected a <class .NoneType.>.*| Given value type: .*)?$"
     if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)' + rest, problem):
         return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
-    # The value: as jsonargparse shows it (a list or a mapping too), or as int() or float() refused it, or as a
-    # restricted type did
+    # The value: as jsonargparse shows it (a list or a mapping too), or as int(), float() or a restricted type did
     shown = r"(?:Given|Got) value: (\[.*\]|\{.*\}|\S+)$"
     given = re.search(shown + r"|(?:10|float): '(.*)'$|: (\S+) not an? (?:integer|number)$", problem)
     value = next((group for group in given.groups() if group), "") if given else ""
