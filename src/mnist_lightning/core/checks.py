@@ -7,7 +7,7 @@ import operator
 import os
 import pydoc
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -42,10 +42,8 @@ class NetworkMismatchError(ModelSettingError):
 
 
 def check_hyperparameters(module: HyperparametersMixin) -> None:
-    """Each hyperparameter against its ``__init__`` annotation: the choices of a ``Literal``, the bounds of an
-    ``Annotated[float, "> 0"]``, for a module built in Python (the scripts check the bounds as they parse:
-    check_ranges). (Not jsonargparse's PositiveFloat & co.: their values, instances of its classes, would be pickled
-    into checkpoints.)"""
+    """Each hyperparameter against its ``__init__`` annotation (a ``Literal``'s choices, an ``Annotated``'s bounds),
+    for a module built in Python (not jsonargparse's PositiveFloat: its instances would be pickled in checkpoints)."""
     for name, kind in module.__init__.__annotations__.items():
         value = module.hparams.get(name)
         if get_origin(kind) is Literal and value not in get_args(kind):
@@ -55,12 +53,11 @@ def check_hyperparameters(module: HyperparametersMixin) -> None:
 
 
 def bound_problem(name: str, value: Any, kind: Any) -> str | None:
-    """What is wrong with ``value`` (called ``name``) under the bounds of an ``Annotated[float, "> 0", "<= 1"]``, or
-    None: NaN or inf are no number to bound (YAML's .nan would pass a lower bound silently)."""
+    """What is wrong with ``value`` under the bounds of an ``Annotated[float, "> 0", "<= 1"]``, or None."""
     bounds = [text.split() for text in get_args(kind)[1:]] if get_origin(kind) is Annotated else []
     if not bounds or not isinstance(value, int | float) or isinstance(value, bool):
         return None
-    if not math.isfinite(value):
+    if not math.isfinite(value):  # YAML's .nan would pass a lower bound silently
         return f"{name} {value} is not a finite number"
     if all(BOUNDS[comparison][1](value, float(bound)) for comparison, bound in bounds):
         return None
@@ -97,21 +94,33 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
         raise NetworkMismatchError(f"the network {name} has no trainable parameters: nothing to train")
 
 
+def between(lowest: int, highest: int | None = None) -> tuple[Callable[[Any], bool], str]:
+    rule = f"it must be at least {lowest}" if highest is None else f"it must be between {lowest} and {highest}"
+    return (lambda value: lowest <= value <= (highest or value)), rule
+
+
 # Valid ranges of numeric options that nothing checks before training starts (Lightning's loops would end in a
-# ZeroDivisionError, numpy's seeding in a ValueError): (lowest, highest), None for no bound.
-RANGES = {"seed": (0, 2**32 - 1), "max_epochs": (-1, None), "min_epochs": (0, None)}
-RANGES |= {"max_steps": (-1, None), "min_steps": (0, None), "accumulate_grad_batches": (1, None)}
-RANGES |= {"check_val_every_n_epoch": (1, None), "log_every_n_steps": (1, None), "num_nodes": (1, None)}
-RANGES |= {"num_sanity_val_steps": (-1, None), "reload_dataloaders_every_n_epochs": (0, None)}
-RANGES |= {"gradient_clip_val": (0, None)}
-# Options that take a fraction of the batches (a float) or a number of batches (an int).
-BATCH_LIMITS = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches")
-BATCH_LIMITS += ("overfit_batches",)
+# ZeroDivisionError, numpy's seeding in a ValueError): whether a value is valid, and the rule said when it is not.
+RANGES = {"seed": between(0, 2**32 - 1), "max_epochs": between(-1), "min_epochs": between(0)}
+RANGES |= {"max_steps": between(-1), "min_steps": between(0), "accumulate_grad_batches": between(1)}
+RANGES |= {"check_val_every_n_epoch": between(1), "log_every_n_steps": between(1), "num_nodes": between(1)}
+RANGES |= {"num_sanity_val_steps": between(-1), "reload_dataloaders_every_n_epochs": between(0)}
+RANGES |= {"gradient_clip_val": between(0)}
+BATCH_LIMIT = (  # a fraction of the batches (a float) or a number of batches (an int)
+    lambda value: 0 <= value <= 1 if isinstance(value, float) else value >= 0,
+    "it takes a fraction of the batches from 0.0 to 1.0, or a number of batches (a whole number, 0 or more)",
+)
+RANGES |= dict.fromkeys(("limit_train_batches", "limit_val_batches", "limit_test_batches"), BATCH_LIMIT)
+RANGES |= dict.fromkeys(("limit_predict_batches", "overfit_batches"), BATCH_LIMIT)
+RANGES["val_check_interval"] = (
+    lambda value: value > 0 and (isinstance(value, int) or value <= 1),  # nan too
+    "it takes a fraction of an epoch above 0.0 (up to 1.0), or a number of training batches (1 or more)",
+)
 
 
 def check_ranges(config: Namespace, model: type) -> None:
-    """Every setting Lightning would only refuse later (or never), checked before anything starts: with the bounds
-    that ``model`` (whose arguments are top-level options) and the chosen data module annotate their arguments with."""
+    """Every setting Lightning would refuse only later (or never), with the bounds ``model`` (whose arguments are
+    top-level options) and the data module annotate their arguments with."""
     data = config.get("data")
     owners = [(model, "--", config)]
     if isinstance(data, Namespace) and isinstance(data_class := pydoc.locate(data.get("class_path", "")), type):
@@ -121,25 +130,10 @@ def check_ranges(config: Namespace, model: type) -> None:
             flag = "--batch_size" if name == "batch_size" else prefix + name  # linked into the data module
             if name in values and (problem := bound_problem(flag, values[name], kind)):
                 raise UserError(f"{problem}.")
-    for name, (lowest, highest) in RANGES.items():
+    for name, (valid, rule) in RANGES.items():
         value = config.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool) and not lowest <= value <= (highest or value):
-            valid = f"at least {lowest}" if highest is None else f"between {lowest} and {highest}"
-            raise UserError(f"--{name} {value} is out of range: it must be {valid}.")
-    for name in BATCH_LIMITS:
-        value = config.get(name)
-        if (isinstance(value, float) and not 0 <= value <= 1) or (isinstance(value, int) and value < 0):
-            raise UserError(
-                f"--{name} {value} is out of range: it takes a fraction of the batches from 0.0 to 1.0, or a "
-                "number of batches (a whole number, 0 or more)."
-            )
-    interval = config.get("val_check_interval")
-    number = isinstance(interval, int | float) and not isinstance(interval, bool)
-    if number and not (interval > 0 and (isinstance(interval, int) or interval <= 1)):  # nan too
-        raise UserError(
-            f"--val_check_interval {interval} is out of range: it takes a fraction of an epoch above 0.0 (up to "
-            "1.0), or a number of training batches (1 or more)."
-        )
+        if isinstance(value, int | float) and not isinstance(value, bool) and not valid(value):
+            raise UserError(f"--{name} {value} is out of range: {rule}.")
     if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
         raise UserError(
             "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
@@ -179,9 +173,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def check_config_file(path: Path, options: set[str]) -> None:
-    """Read a config file before the parser does, so that each mistake in it is named with the file and line
-    (jsonargparse says "<unicode string>" instead, and only "Unexpected config" for an empty file)."""
+def check_config_file(path: Path, options: list[str]) -> dict:
+    """A config file's options, read before the parser to name each mistake with the file and line (jsonargparse says
+    "<unicode string>", and only "Unexpected config" for an empty file)."""
     if not path.is_file():
         problem = "is a folder" if path.is_dir() else "does not exist"
         raise UserError(f"The config file {path} {problem}. Pass a YAML file, e.g. --config configs/default.yaml.")
@@ -212,10 +206,11 @@ def check_config_file(path: Path, options: set[str]) -> None:
         close = {key: closest(key, sorted(options)) for key in unknown}
         guesses = [f"{key} (did you mean {either(close[key])}?)" if close[key] else key for key in unknown]
         raise UserError(f"The config file {path} sets options that do not exist: {', '.join(guesses)}; {example}.")
+    return content
 
 
 def check_monitors(callbacks: list, model: LightningModule) -> None:
-    """A callback that monitors a metric the model does not log (Lightning would find out after an epoch)."""
+    """A callback monitoring a metric the model does not log (Lightning would find out after an epoch)."""
     for callback in callbacks:
         monitor = getattr(callback, "monitor", None)
         if isinstance(monitor, str) and monitor not in model.monitorable and not monitor.startswith("lr-"):
@@ -228,7 +223,7 @@ def check_monitors(callbacks: list, model: LightningModule) -> None:
 
 
 def data_sizes(datamodule: LightningDataModule) -> dict[str, Any]:
-    """What the data module says the model is built for: the shape of one sample and the number of classes."""
+    """The shape of one sample and the number of classes, which the data module says the model is built for."""
     shape, classes = getattr(datamodule, "input_shape", None), getattr(datamodule, "num_classes", None)
     valid_shape = isinstance(shape, tuple | list) and shape and all(isinstance(n, int) and n > 0 for n in shape)
     if not (valid_shape and isinstance(classes, int) and not isinstance(classes, bool) and classes >= 2):
@@ -264,8 +259,8 @@ DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader", "te
 
 @contextmanager
 def data_module_errors(datamodule: LightningDataModule) -> Iterator[None]:
-    """An error raised in one of the data module's own methods (its DataLoader refusing its arguments, a file of
-    its own missing) as one paragraph naming the method and its line, not a traceback through Lightning's loops."""
+    """An error raised in the data module's own methods as one paragraph naming the method and its line, not a
+    traceback through Lightning's loops."""
     try:
         yield
     except Exception as error:
@@ -294,9 +289,9 @@ def check_tested(trainer: Trainer) -> None:
 
 
 def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int) -> None:
-    """A batch of the data module's ``loader`` (train_dataloader, ...) against what the data module says: a
-    (samples, labels) pair, samples of its input_shape, labels class indices from 0 to num_classes - 1 (int64, or
-    uint8: what cross_entropy takes)."""
+    """The first batch of the data module's ``loader`` against what it says (labels may be int64 or uint8: what
+    cross_entropy takes)."""
+
     got = None
     if isinstance(batch, dict):
         got = f"a dict (keys {', '.join(map(repr, batch))})"

@@ -1,9 +1,6 @@
-"""The command line of ``scripts/train.py`` turned into built objects: the one place where that happens.
-
-Every argument of the Trainer and of the Classifier is a top-level flag and config-file key (``--accelerator gpu
---devices 1 --lr 0.01``: LightningCLI would nest them as ``--trainer.accelerator``); the network and the data module
-are chosen by class path (``--net``, ``--data``) with their arguments as ``--net.NAME``, ``--data.NAME``. jsonargparse
-reads them from the classes' signatures. Each run records the configuration it resolved to in ``<run>/config.yaml``.
+"""The command line of ``scripts/train.py`` turned into built objects. Every argument of the Trainer and the Classifier
+is a top-level flag and config-file key (LightningCLI would nest them: ``--trainer.accelerator``); --net and --data take
+a class path, their arguments as ``--net.NAME``. Each run records its resolved configuration in ``<run>/config.yaml``.
 """
 
 import importlib
@@ -73,14 +70,12 @@ from .records import (
 )
 from .workarounds import lightning_notes_ignored
 
-# The errors the project's classes raise in their own terms; run_main prints them as messages.
-# Lightning's MisconfigurationException: settings that only turn out wrong once the data is known (a
-# --limit_train_batches fraction smaller than one batch); its messages name the setting and the fix.
+# Errors raised in the user's terms, printed as messages; Lightning's MisconfigurationException: settings wrong only
+# once the data is known (a --limit_train_batches fraction below one batch), its messages name the setting and the fix.
 USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException, WriteError)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-# What may differ when a run is resumed from its record: how long it trains, where and how it shows progress.
-# Anything else would make the finished run a mix of two configurations, and is refused.
+# What a resumed run may change (how long it trains, where and how it shows progress): not what makes the run.
 RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
 RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"}
 RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read
@@ -94,18 +89,13 @@ RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, f
 # a plain int (each value checked by the deserializer): the type's own instances would be pickled into checkpoints.
 BatchSize = restricted_number_type("BatchSize", int, [(">=", 1), ("<=", sys.maxsize)])
 register_type(  # over jsonargparse's own registration of it (4.43 makes one)
-    BatchSize,
-    int,
-    lambda value: int(BatchSize(value)),
-    type_check=lambda value, cls: False,
-    fail_already_registered=False,
+    BatchSize, int, lambda value: int(BatchSize(value)), type_check=lambda *_: False, fail_already_registered=False
 )
 
 
 class ReadableHelp(DefaultHelpFormatter):
-    """``--help`` texts come from the classes' docstrings; this keeps them readable in a terminal: no Sphinx
-    markup, no docstring "Default:" sentences (the parser's true default follows each flag), and no list of
-    every ``nn.Module`` in torch after ``--net``."""
+    """--help from the classes' docstrings without Sphinx markup, their "Default:" sentences (the parser's true
+    default follows each flag) or the list of every ``nn.Module`` in torch after --net."""
 
     def _get_help_string(self, action) -> str:
         text = re.sub(r", known subclasses: [^)]*", "", super()._get_help_string(action))
@@ -117,8 +107,7 @@ class ReadableHelp(DefaultHelpFormatter):
 
 
 class Parser(ArgumentParser):
-    """jsonargparse's parser, with ReadableHelp also on the pages of ``--data.help CLASS`` and ``--net.help CLASS``
-    (jsonargparse prints each with a new parser of the same class)."""
+    """ReadableHelp on ``--data.help CLASS`` and ``--net.help CLASS`` too: jsonargparse makes a parser of this class."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", ReadableHelp)
@@ -183,10 +172,9 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     print_config = [arg for arg in argv if arg.split("=")[0] == "--print_config"]
     argv = [arg for arg in argv if arg not in print_config]
     parser = build_parser()
-    options = {action.dest.split(".")[0] for action in parser._actions} - {"help", "config", "print_config"}
-    for path in flag_values(argv, "--config"):
-        check_config_file(Path(path), options)
-    refuse_data_batch_size(argv)
+    options = [key for key in vars(parser.get_defaults()) if key != "config"]  # in the order a record writes them
+    files = {path: check_config_file(Path(path), options) for path in flag_values(argv, "--config")}
+    refuse_data_batch_size(argv, files)
     # The flags that say which run this is win over any config file, wherever it comes: a record given after
     # --output_dir R --ckpt_path last (whose output_dir and ckpt_path are null) must not turn the resume into a new run.
     argv += [arg for flag in RUN_FLAGS if (value := flag_value(argv, flag)) is not None for arg in (flag, value)]
@@ -196,7 +184,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     config = None if record else parse(parser, argv)
     record = record or resume_record(config.output_dir, config.ckpt_path)
     if record:
-        refuse_cut_record(record)
+        refuse_cut_record(record, options)
         check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
         recorded = parse(parser, ["--config", record])  # alone: a bad value there is the record's, whatever is typed
         config = parse(parser, ["--config", record, *argv])
@@ -210,7 +198,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
 
 
 def flag_values(argv: list[str], flag: str) -> list[str]:
-    """The values given to ``flag`` on the command line (``--flag value`` or ``--flag=value``), in order, unparsed."""
+    """The values of ``--flag value`` and ``--flag=value`` in ``argv``, in order, unparsed."""
     pairs = itertools.pairwise([*argv, ""])
     return [value if arg == flag else arg.split("=", 1)[1] for arg, value in pairs if arg.split("=")[0] == flag]
 
@@ -220,21 +208,19 @@ def flag_value(argv: list[str], flag: str) -> str | None:
 
 
 def parse(parser: ArgumentParser, args: list[str]) -> Namespace:
-    """``parser.parse_args(args)`` with the ranges checked; a mistake as one paragraph, naming a config file's value
-    as the file writes it."""
+    """:func:`parse_command_line` with the ranges checked, in a config file's terms where its value was refused."""
     try:
-        config = parser.parse_args(args)
+        config = parse_command_line(parser, args)
         check_ranges(config, Classifier)
-    except (ArgumentError, UserError) as error:
-        message = str(parse_error(error, parser, args) if isinstance(error, ArgumentError) else error)
-        raise UserError(config_file_wording(message, args)) from error
+    except UserError as error:
+        raise UserError(config_file_wording(str(error), args)) from error
     return config
 
 
 def config_file_wording(message: str, args: list[str]) -> str:
-    """A message about ``--NAME VALUE`` whose value came from a config file in the file's terms, the file named:
-    ``max_epochs: two in the config file mine.yaml is not a whole number``. A flag typed wins over a file, but
-    jsonargparse checks a file's values as it reads them: the value the message shows tells which was refused."""
+    """A message about ``--NAME VALUE`` from a config file in its terms: ``max_epochs: two in the config file mine.yaml
+    is not a whole number``. jsonargparse checks a file's values as it reads them, even ones a typed flag overrides:
+    the value the message shows tells which was refused."""
     if not (flag := re.match(r"--([\w.]+)", message)):
         return message
     given, rest = flag_values([arg.replace(".init_args.", ".") for arg in args], flag[0]), message[flag.end() :]
@@ -255,11 +241,11 @@ def config_file_wording(message: str, args: list[str]) -> str:
     return message
 
 
-def refuse_data_batch_size(argv: list[str]) -> None:
+def refuse_data_batch_size(argv: list[str], files: dict[str, dict]) -> None:
     """The data module's batch_size is the top-level --batch_size (linked into it), which would silently win."""
     given = [arg for arg in argv if arg.split("=")[0] == "--data.batch_size"]
-    for path in flag_values(argv, "--config"):
-        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data")
+    for path, content in files.items():
+        data = content.get("data")
         if isinstance(data, dict) and "batch_size" in (data.get("init_args") or {}):
             given.append(f"batch_size under data: init_args: in {path}")
     if given:
@@ -270,21 +256,18 @@ def refuse_data_batch_size(argv: list[str]) -> None:
 
 
 def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
-    """The record of the run that ``--output_dir <run> --ckpt_path last`` resumes, if it has one."""
     record = Path(output_dir or "") / RUN_RECORD
     return str(record) if ckpt_path == "last" and output_dir and record.is_file() else None
 
 
-def refuse_cut_record(record: str) -> None:
-    """A run writes its whole record, every option on a line, in order: one cut short (a full disk, a copy stopped
-    midway) would resume with defaults for what it lost, or fail on half a line with a message about that line.
-    (Lacking an option before the last is no cut: a record written before an upgrade that added an option.)"""
+def refuse_cut_record(record: str, options: list[str]) -> None:
+    """A record cut short (a full disk, a copy stopped midway) would resume with defaults for what it lost. A run
+    writes every option, in order: lacking one before the last is no cut (a record from before an upgrade)."""
     text = Path(record).read_text(errors="replace")  # not text at all: check_config_file says so
     try:
         written = yaml.safe_load(text)
     except yaml.YAMLError:
         written = None
-    options = [key for key in vars(build_parser().get_defaults()) if key != "config"]  # a record's, in its order
     lacks = [option for option in options if option not in written] if isinstance(written, dict) else []
     if text.endswith("\n") and options[-1] not in lacks:
         return
@@ -298,8 +281,7 @@ def refuse_cut_record(record: str) -> None:
 
 
 def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) -> Namespace:
-    """``parser.parse_args(argv)`` for the other entry points (parsers made with ``exit_on_error=False``), a mistake
-    as one paragraph instead of jsonargparse's usage dump."""
+    """``parser.parse_args(argv)`` for the other scripts: a mistake as one paragraph, not jsonargparse's usage dump."""
     try:
         return parser.parse_args(argv)
     except ArgumentError as error:
@@ -307,7 +289,6 @@ def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) ->
 
 
 def parse_error(error: ArgumentError, parser: ArgumentParser, args: list[str]) -> UserError:
-    """jsonargparse's error as one paragraph: the flag and what is wrong, the option meant, where the help is."""
     message = explain(error)
     # argparse takes a value that starts with '-' (--lr -inf) for an option, and says the flag got none.
     if (flag := re.match(r"argument (--[\w.]+): expected one argument", message)) and (
@@ -321,9 +302,14 @@ def parse_error(error: ArgumentError, parser: ArgumentParser, args: list[str]) -
     return UserError(f"{message} Run `python scripts/{parser.prog} --help` for every option and its type.")
 
 
-def refuse_changes(recorded: Namespace, config: Namespace) -> None:
+def compared_keys(config: Namespace) -> list[str]:
+    """The keys of what a run is: all but :data:`NOT_COMPARED`."""
     keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
-    changed = [key for key in keys if not {key, key.split(".")[0]} & NOT_COMPARED and config[key] != recorded.get(key)]
+    return [key for key in keys if not {key, key.split(".")[0]} & NOT_COMPARED]
+
+
+def refuse_changes(recorded: Namespace, config: Namespace) -> None:
+    changed = [key for key in compared_keys(config) if config[key] != recorded.get(key)]
     if changed:
         listed = "; ".join(f"{as_flag(key)} {recorded.get(key)} -> {config[key]}" for key in changed)
         raise UserError(
@@ -334,13 +320,13 @@ def refuse_changes(recorded: Namespace, config: Namespace) -> None:
 
 
 def as_flag(key: str) -> str:
-    """A key of the resolved configuration as the flag that sets it: data.init_args.val_size -> --data.val_size."""
+    """data.init_args.val_size -> --data.val_size."""
     return "--" + key.replace(".init_args.", ".").removesuffix(".class_path")
 
 
 @dataclass
 class Training:
-    """Everything a training run needs, built: what :func:`mnist_lightning.core.train.train` takes."""
+    """What :func:`mnist_lightning.core.train.train` takes."""
 
     trainer: Trainer
     model: Classifier
@@ -351,9 +337,8 @@ class Training:
 
 
 def build_training(config: Namespace) -> Training:
-    """Build the model, the data module and the Trainer (callbacks, loggers, plugins) and record the run.
-    Everything that can be wrong is checked before Lightning's banners print; a new run that fails before its
-    first checkpoint leaves no folder behind (:func:`mnist_lightning.core.train.main` discards it)."""
+    """Everything built and the run recorded, each mistake found before Lightning's banners print; a new run that
+    fails here leaves no folder behind."""
     check_accelerator(config.accelerator, config.devices)
     check_launched(config.num_nodes)
     refuse_empty_training(config)
@@ -401,8 +386,8 @@ INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"  # how load_from_check
 
 
 def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, LightningDataModule]:
-    """``config`` with its classes built (:func:`build_classes`), the model and the data module; their own checks
-    as messages. The model is built for the data: its sizes come from the data module."""
+    """``config`` with its classes built, and the model built for the data module's sizes; refusals as messages."""
+
     # What a network warns of as it is built (torch: "Initializing zero-element tensors is a no-op") is shown only
     # if the model accepts it: before a refusal it is noise above the message that explains it.
     with warnings.catch_warnings(record=True) as warned:
@@ -430,15 +415,14 @@ def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, Ligh
 
 
 def network_path(net: Any) -> str:
-    """What --net was given: a class path (with its arguments), or the import path of a function that builds it."""
+    """--net's class path, or the import path of a function that builds the network."""
     if isinstance(net, Namespace):
         return net.class_path
     return f"{net.__module__}.{net.__qualname__}" if hasattr(net, "__qualname__") else str(net)
 
 
 def start_weights(config: Namespace) -> str | None:
-    """The checkpoint whose weights the run starts from: ``--ckpt_path <file>``, or for a resumed run the one in
-    its record (if the run started from one)."""
+    """``--ckpt_path <file>``, or for a resumed run the one in its record (if it started from one)."""
     if config.ckpt_path != "last":
         return config.ckpt_path
     record = Path(config.output_dir or "") / RUN_RECORD
@@ -446,7 +430,7 @@ def start_weights(config: Namespace) -> str | None:
 
 
 def build_classes(config: Namespace) -> Namespace:
-    """``config`` with --net, --data, --callbacks, --logger and --plugins given by class path built into objects."""
+    """``config`` with the class paths of :data:`CLASS_OPTIONS` built into objects."""
     try:
         return build_parser().instantiate_classes(config)
     except Exception as error:  # whatever a user's class raises from its __init__
@@ -465,14 +449,12 @@ def build_classes(config: Namespace) -> Namespace:
 
 
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
-    """The entries of ``config`` that ``cls`` takes as constructor arguments."""
     return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
 
 
 def record_classes(model: Classifier, datamodule: LightningDataModule, config: Namespace) -> None:
-    """Keep the model's and the data module's settings, class paths included, as their hyperparameters, the way
-    LightningCLI does: a checkpoint then rebuilds any ``--net`` and ``--data`` through ``load_from_checkpoint``
-    and Lightning's own ``instantiate_module``, with no pickled code in the file."""
+    """Class paths and settings as hyperparameters, as LightningCLI keeps them: ``load_from_checkpoint`` rebuilds any
+    --net and --data with Lightning's ``instantiate_module``, with no pickled code in the checkpoint."""
     settings = config.as_dict()
     chosen = arguments_of(Classifier, Namespace(settings))
     if not isinstance(chosen.get("net"), dict):  # a function that builds the network: kept as its import path
@@ -483,8 +465,7 @@ def record_classes(model: Classifier, datamodule: LightningDataModule, config: N
 
 
 def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
-    """This run's folder and whether it resumes a run there; decided once by rank 0 and shared with the
-    processes Lightning starts for DDP."""
+    """This run's folder and whether it resumes a run there: rank 0 decides, the DDP ranks inherit it."""
     resuming, run_dir = config.ckpt_path == "last", Path(config.output_dir or "")
     if rank_zero_only.rank > 0:  # a DDP rank: rank 0 has already chosen (and passed it on) or was told
         shared = config.output_dir or os.environ.get(RUN_DIR_VARIABLE)
@@ -536,8 +517,7 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
 
 
 def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
-    """A resumed run's record (config.yaml, which can be lost, edited or cut short) must say what its checkpoint was
-    trained with: else the finished run would be a mix of two configurations, or the weights would not fit."""
+    """A resumed run's record must say what its checkpoint was trained with, or the finished run would mix two."""
     record = run_dir / RUN_RECORD
     if not record.is_file():
         raise UserError(
@@ -559,10 +539,9 @@ def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
 
 
 def run_settings(config: Namespace) -> dict[str, Any]:
-    """What a run is, by the dotted keys of ``config`` (not built): every option but :data:`NOT_COMPARED`, as plain
-    values (what a record holds; ``torch.load(weights_only=True)`` reads them), which its checkpoints keep."""
-    keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
-    kept = {key: config[key] for key in keys if not {key, key.split(".")[0]} & NOT_COMPARED}
+    """What a run is as plain values, which ``weights_only`` loads read."""
+    kept = {key: config[key] for key in compared_keys(config)}
+
     plain = json.dumps(
         kept, default=lambda value: value.as_dict() if isinstance(value, Namespace) else network_path(value)
     )
@@ -570,7 +549,7 @@ def run_settings(config: Namespace) -> dict[str, Any]:
 
 
 def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
-    """A resumed run must have something left to do, and its record must not claim fewer epochs than it trained."""
+    """A resumed run must have epochs left to train."""
     if max_epochs is None or max_epochs < 0:
         return
     longer = f"{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}"
@@ -588,7 +567,7 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
 
 
 def resume_hint(run_dir: Path) -> str:
-    """The command that resumes this run, ready to paste into a shell."""
+    """The command that resumes this run, for a shell."""
     script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
     as_module = Path(script).resolve().parent == Path(__file__).resolve().parent  # python -m <package>.core.train
     command = ["-m", f"{__package__}.train"] if as_module else [script]
@@ -599,7 +578,7 @@ def as_list(value: Any) -> list:
     return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
 
 
-def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Logger | list[Logger] | bool:
+def build_logger(config: Namespace, run_dir: Path, resuming: bool) -> Logger | list[Logger] | bool:
     if config.logger in ("csv", None, True):
         # <run_dir>/logs/metrics.csv; a resumed run logs to logs/resume-N/ rather than overwrite it.
         version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
@@ -611,7 +590,7 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool = False) -> Lo
     return config.logger  # False, or Logger objects built from class paths
 
 
-def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False, settings: dict | None = None) -> Trainer:
+def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: dict) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
     callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings)]
     if config.max_time is not None:
@@ -636,7 +615,8 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool = False, sett
 
 
 def make_trainer(script: str, **settings: Any) -> Trainer:
-    """``Trainer(**settings)`` for ``scripts/<script>``, whose flags gave them: Lightning's refusal as a message."""
+    """``Trainer(**settings)``, Lightning's refusal as a message about the flags of ``scripts/<script>``."""
+
     try:
         with lightning_notes_ignored():
             return Trainer(**settings)

@@ -45,24 +45,19 @@ def closest(name: str, options: list[str]) -> list[str]:
 
 
 def explain(error: ArgumentError | str) -> str:
-    """jsonargparse's message about one option (which lists every type it tried, nested for class paths) as one
-    sentence about the flag a user typed."""
+    """jsonargparse's message about one option as one sentence about the flag a user typed."""
     text = " ".join(str(error).split())
-    # jsonargparse before 4.46 appends the raw value as its internal type to a nested option's message.
-    text = re.sub(
-        r" Given value type: <class 'jsonargparse\._util\.NestedArg'> Given value: NestedArg\(.*?\)", "", text
-    )
     if not (match := re.match(r'Parser key "([^"]+)": (.*)', text)):
         return text.rstrip(".") + "."
     flag, problem = f"--{match[1]}", match[2]
     # An argument of a class given by class path (--data.val_size, --net.width): its message nests in the class's.
     owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
-    # (the inner problem, without what jsonargparse adds after it: the other union member, the whole value given)
+    # (without what jsonargparse adds after it: the other union member, the whole value given)
+
     rest = r"(?: - Expected a <class .NoneType.>.*| Given value type: .*)?$"
     if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)' + rest, problem):
         return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
-    # The value: as jsonargparse shows it (a list or a mapping too), or as int() or float() refused it, or as a
-    # restricted type did
+    # The value: as jsonargparse shows it (a list or a mapping too), or as int(), float() or a restricted type did
     shown = r"(?:Given|Got) value: (\[.*\]|\{.*\}|\S+)$"
     given = re.search(shown + r"|(?:10|float): '(.*)'$|: (\S+) not an? (?:integer|number)$", problem)
     value = next((group for group in given.groups() if group), "") if given else ""
@@ -109,8 +104,7 @@ def explain(error: ArgumentError | str) -> str:
 
 
 def not_whole(flag: str, value: str) -> str:
-    """An int option's value that is not a whole number; or one that is, written as a float (1e9, 100.0): its
-    digits, if the float holds them exactly (1e30 holds 1000000000000000019884624838656)."""
+    """Not a whole number, or one written as a float (1e9): its digits, if the float holds them exactly (not 1e30)."""
     try:
         whole = float(value).is_integer() and abs(float(value)) < 2**53
     except ValueError:
