@@ -118,6 +118,7 @@ BAD_FLAGS = [
     (["--data", "torch.nn.Linear"], 2, ["--data torch.nn.Linear is not a LightningDataModule"]),
     (["--data", "nowhere.Data"], 2, ["--data nowhere.Data cannot be built: No module named 'nowhere'"]),
     (["--data.num_workers", "10000"], 2, ["num_workers must be between 0 and", "this machine's cores", "got 10000"]),
+    (["--net", "helpers.SmallCNN", "--net.channels", "x"], 2, ["--net.channels x is not a whole number."]),
     (["--net", "torch.nn.Nonexistent"], 2, ["--net torch.nn.Nonexistent cannot be built", "has no attribute"]),
     (
         ["--net", "torch.nn.Linear"],

@@ -52,9 +52,9 @@ def explain(error: ArgumentError | str) -> str:
     flag, problem = f"--{match[1]}", match[2]
     # An argument of a class given by class path (--data.val_size, --net.width): its message nests in the class's.
     owner = r"(?:Problem with given class_path '[^']+':|expects a function or a callable class:)"
-    # (without what jsonargparse adds after it: the other union member, the whole value given)
-
-    rest = r"(?: - Expected a <class .NoneType.>.*| Given value type: .*)?$"
+    # (without what jsonargparse adds after it: the other union member, the whole value given, or for --net the
+    # whole Namespace)
+    rest = r"(?: - Expected a <class .NoneType.>.*| Given value type: .*|\. Got value: Namespace\(.*)?$"
     if inner := re.search(owner + r' Parser key "([^"]+)": (.*?)' + rest, problem):
         return explain(f'Parser key "{match[1]}.{inner[1]}": {inner[2]}')
     # The value: as jsonargparse shows it (a list or a mapping too), or as int(), float() or a restricted type did
