@@ -291,7 +291,6 @@ def check_tested(trainer: Trainer) -> None:
 def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int) -> None:
     """The first batch of the data module's ``loader`` against what it says (labels may be int64 or uint8: what
     cross_entropy takes)."""
-
     got = None
     if isinstance(batch, dict):
         got = f"a dict (keys {', '.join(map(repr, batch))})"
