@@ -335,6 +335,33 @@ def test_a_data_module_without_sizes_is_refused_before_training(tmp_path, capfd)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("where", ["flag", "config file"])
+@pytest.mark.parametrize(
+    ("flag", "source", "reported"),
+    [
+        ("--net", "class Net(nn.Module)\n    pass\n", "line 2: expected ':' (SyntaxError)"),
+        ("--data", "class Data:\n  x = 1\n    y = 2\n", "line 3: unexpected indent (IndentationError)"),
+        ("--data", "rows = [1, 2][5]\nclass Data:\n    pass\n", "line 1: list index out of range (IndexError)"),
+    ],
+    ids=["net-syntax", "data-indentation", "data-raises"],
+)
+def test_an_own_file_that_fails_to_import_is_named_with_its_line(
+    tmp_path, monkeypatch, capsys, flag, source, where, reported
+):
+    """A mistake in the user's own file: where it is, not a traceback (jsonargparse's for --net) nor "not a
+    subclass" (its word for --data)."""
+    (tmp_path / "mine.py").write_text("from torch import nn\n" * (flag == "--net") + source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    chosen = [flag, f"mine.{'Net' if flag == '--net' else 'Data'}"]
+    if where == "config file":
+        (tmp_path / "mine.yaml").write_text(f"{flag[2:]}:\n  class_path: {chosen[1]}\n")
+        chosen = ["--config", str(tmp_path / "mine.yaml")]
+    assert train_main([*chosen, "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
+    message = one_paragraph(capsys.readouterr().err)
+    assert f"importing mine failed at {tmp_path / 'mine.py'}, {reported}. Fix that file." in message
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_network_that_does_not_fit_the_data_is_named(tmp_path, capsys):
     """TinyCNN wants images; Points gives samples of shape (2,): the message names the network and the sizes."""
     flags = ["--data", "own_data.Points", "--net", "own_data.TinyCNN", "--output_dir", str(tmp_path / "run"), *QUIET]

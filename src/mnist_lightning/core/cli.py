@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sys
+import traceback
 import warnings
 from dataclasses import dataclass
 from functools import cache
@@ -175,6 +176,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     options = [key for key in vars(parser.get_defaults()) if key != "config"]  # in the order a record writes them
     files = {path: check_config_file(Path(path), options) for path in flag_values(argv, "--config")}
     refuse_data_batch_size(argv, files)
+    check_imports(argv, files)
     # The flags that say which run this is win over any config file, wherever it comes: a record given after
     # --output_dir R --ckpt_path last (whose output_dir and ckpt_path are null) must not turn the resume into a new run.
     argv += [arg for flag in RUN_FLAGS if (value := flag_value(argv, flag)) is not None for arg in (flag, value)]
@@ -185,7 +187,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     record = record or resume_record(config.output_dir, config.ckpt_path)
     if record:
         refuse_cut_record(record, options)
-        check_config_file(Path(record), options)  # edited by hand, perhaps: named with its line
+        check_imports([], {record: check_config_file(Path(record), options)})  # edited by hand, perhaps
         recorded = parse(parser, ["--config", record])  # alone: a bad value there is the record's, whatever is typed
         config = parse(parser, ["--config", record, *argv])
         refuse_changes(recorded, config)
@@ -253,6 +255,36 @@ def refuse_data_batch_size(argv: list[str], files: dict[str, dict]) -> None:
             f"{given[0].split('=')[0]}: the batch size is the top-level --batch_size (a top-level batch_size: in a "
             "config file), which every data module takes; give it there."
         )
+
+
+def check_imports(argv: list[str], files: dict[str, dict]) -> None:
+    """The modules of the --net and --data class paths given, imported: a user's own file that fails to import (a
+    syntax error, say) is named with its line; jsonargparse would show a traceback, or call it "not a subclass"."""
+    given = [(flag, path) for flag in ("--net", "--data") for path in flag_values(argv, flag)]
+    for content in files.values():
+        for name in ("net", "data"):
+            value = content.get(name)
+            given.append((f"--{name}", value.get("class_path") if isinstance(value, dict) else value))
+    for flag, path in given:
+        module = path.rpartition(".")[0] if isinstance(path, str) else ""
+        if not all(part.isidentifier() for part in module.split(".")):
+            continue  # not a class path: jsonargparse says what it is
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if not module.startswith(str(error.name)):  # the module itself missing: jsonargparse's message says so
+                raise UserError(
+                    f"{flag} {path}: importing {module} failed: {first_line(error)}. Install it, or fix that import."
+                ) from error
+        except Exception as error:
+            frame = traceback.extract_tb(error.__traceback__)[-1]
+            if isinstance(error, SyntaxError):  # its own place, not the import machinery's
+                frame = traceback.FrameSummary(error.filename, error.lineno, "", line=error.text)
+            raise UserError(
+                f"{flag} {path}: importing {module} failed at {frame.filename}, line {frame.lineno}: "
+                f"{error.msg if isinstance(error, SyntaxError) else first_line(error)} ({type(error).__name__}). "
+                "Fix that file."
+            ) from error
 
 
 def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
