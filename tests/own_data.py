@@ -173,8 +173,9 @@ class Untested(Points):
 
 
 class Mislabelled(Points):
-    """Batches that break what the data module says (``fault``): samples wider than input_shape, float labels,
-    labels outside 0..num_classes-1, or dicts instead of (samples, labels) pairs. ``stage`` is the one affected."""
+    """Batches that break what the data module says (``fault``): samples wider than input_shape or not float32, float
+    labels, labels outside 0..num_classes-1, or dicts instead of (samples, labels) pairs. ``stage`` is the one
+    affected."""
 
     def __init__(self, batch_size: int = 32, fault: str = "wide", stage: str = "train") -> None:
         super().__init__(batch_size)
@@ -185,6 +186,8 @@ class Mislabelled(Points):
             "high": (samples, labels + 1),
             "negative": (samples, labels - 1),
             "nan": (samples.where(torch.arange(len(samples))[:, None] % 7 > 0, torch.nan), labels),
+            "double": (samples.double(), labels),  # torch.from_numpy of numpy's float64
+            "integer": (samples.round().long(), labels),
         }
         if fault == "dict":
             self.sets[stage] = [{"x": x, "y": y} for x, y in zip(samples, labels, strict=True)]

@@ -445,6 +445,8 @@ def test_a_data_module_without_a_test_set_trains_with_limit_test_batches_0(tmp_p
         ("negative", "val", "val_dataloader() holds labels from -1 to 1"),
         ("dict", "train", "train_dataloader() holds a dict (keys 'x', 'y')"),
         ("nan", "train", "train_dataloader() holds samples that are not finite (NaN or inf)"),
+        ("double", "train", "train_dataloader() holds samples of torch.float64"),
+        ("integer", "val", "val_dataloader() holds samples of torch.int64"),
     ],
 )
 def test_batches_that_break_what_the_data_module_says_are_named(tmp_path, capfd, fault, stage, holds):
@@ -453,7 +455,10 @@ def test_batches_that_break_what_the_data_module_says_are_named(tmp_path, capfd,
     assert train_main([*flags, "--batch_size", "32", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
     message = one_paragraph(capfd.readouterr().err)
     assert "The data module Mislabelled does not give what it says (input_shape (2,), num_classes 3)" in message
-    assert holds in message and "finite samples of shape (batch, 2), labels int64 class indices from 0 to 2" in message
+    assert (
+        holds in message
+        and "finite float32 samples of shape (batch, 2), labels int64 class indices from 0 to 2" in message
+    )
     assert not (tmp_path / "run").exists()
 
 

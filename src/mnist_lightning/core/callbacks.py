@@ -30,8 +30,8 @@ class BatchCheck(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if batch_idx == 0:
             loader = f"{trainer.state.stage.dataloader_prefix}_dataloader"  # train_, val_ or test_dataloader
-            hparams = pl_module.hparams
-            check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes)
+            hparams, dtype = pl_module.hparams, None if "mixed" in str(trainer.precision) else pl_module.dtype
+            check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes, dtype)
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
 

@@ -288,9 +288,11 @@ def check_tested(trainer: Trainer) -> None:
         )
 
 
-def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int) -> None:
-    """The first batch of the data module's ``loader`` against what it says (labels may be int64 or uint8: what
-    cross_entropy takes)."""
+def check_batch(
+    batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int, dtype: torch.dtype | None
+) -> None:
+    """The first batch of the data module's ``loader`` against what it says, and samples of the weights' ``dtype``
+    (None: any floating one, which autocast converts). Labels may be int64 or uint8: what cross_entropy takes."""
     got = None
     if isinstance(batch, dict):
         got = f"a dict (keys {', '.join(map(repr, batch))})"
@@ -298,18 +300,20 @@ def check_batch(batch: Any, loader: str, datamodule: LightningDataModule, shape:
         got = f"a {type(batch).__name__}" + (f" of {len(batch)} items" if isinstance(batch, list | tuple) else "")
     elif tuple(batch[0].shape[1:]) != tuple(shape):
         got = f"samples of shape {tuple(batch[0].shape)}"
-    elif batch[0].is_floating_point() and not bool(torch.isfinite(batch[0]).all()):
+    elif not batch[0].is_floating_point() or batch[0].dtype != (dtype or batch[0].dtype):
+        got = f"samples of {batch[0].dtype}"
+    elif not bool(torch.isfinite(batch[0]).all()):
         got = "samples that are not finite (NaN or inf)"
     elif batch[1].dtype not in (torch.long, torch.uint8) or batch[1].shape != batch[0].shape[:1]:
         got = f"labels of {batch[1].dtype} and shape {tuple(batch[1].shape)}"
     elif len(batch[1]) and not (0 <= batch[1].min() and batch[1].max() < classes):
         got = f"labels from {int(batch[1].min())} to {int(batch[1].max())}"
     if got:
-        name = type(datamodule).__name__
+        name, kind = type(datamodule).__name__, str(dtype).removeprefix("torch.") if dtype else "floating-point"
         raise UserError(
             f"The data module {name} does not give what it says (input_shape {tuple(shape)}, num_classes {classes}): "
             f"the first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: finite "
-            f"samples of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to "
+            f"{kind} samples of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to "
             f"{classes - 1} of shape (batch,). Fix {loader}() or what {name} says."
         )
 
