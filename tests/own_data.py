@@ -63,6 +63,13 @@ class TrainOnly(Points):
     predict_dataloader = LightningDataModule.predict_dataloader  # Lightning's own, which only refuses
 
 
+class PointFiles(Points):
+    """Points whose read_file reads a CSV of points, one per line, as a user's first version would: unchecked."""
+
+    def read_file(self, path: Path) -> Tensor:
+        return torch.tensor(np.loadtxt(path, delimiter=",", ndmin=2), dtype=torch.float32)
+
+
 def colour_images(labels: Tensor, generator: torch.Generator) -> Tensor:
     """Noisy 3x32x32 images: class 0 red, 1 green, 2 blue, 3 white stripes on black."""
     images = 0.3 * torch.rand(len(labels), 3, 32, 32, generator=generator)

@@ -261,6 +261,24 @@ def test_predict_without_inputs_on_a_data_module_without_a_predict_set_says_what
     assert "Define predict_dataloader() in TrainOnly" in message and "give it a read_file(path)" in message
 
 
+def test_predict_skips_a_file_whose_samples_the_model_cannot_take(tmp_path, capsys):
+    """One file of rows too wide (read_file does not check) is skipped with the reason; the others are predicted."""
+    run = tmp_path / "run"
+    flags = ["--data", "own_data.PointFiles", "--batch_size", "64", "--max_epochs", "1", "--output_dir", str(run)]
+    assert train_main([*flags, *QUIET]) == 0
+    (tmp_path / "good.csv").write_text("-3,0\n3,0\n")
+    (tmp_path / "wide.csv").write_text("1,2,3\n")
+    inputs = [str(tmp_path / "good.csv"), str(tmp_path / "wide.csv")]
+    capsys.readouterr()
+    assert predict_main([*inputs, "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 0
+    captured = capsys.readouterr()
+    assert (
+        f"Skipped {inputs[1]}: read_file() gives a sample of shape (3,), where the model takes samples of shape "
+        "(2,)." in captured.err
+    )
+    assert "3 inputs: 2 predicted" in captured.out and "1 skipped" in captured.out
+
+
 @pytest.mark.slow
 def test_export_gives_the_checkpoints_scores_for_the_datas_input_shape(run, tmp_path):
     case, exports = run.case, tmp_path / "exports"

@@ -15,6 +15,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import FAKE_VAL
 
 # A dev extra: without it (a GPU machine's own environment, say) these tests skip, and the rest still collect.
@@ -504,3 +505,15 @@ def test_the_readmes_own_network_and_data_train(template, fake_mnist, tmp_path):
     assert train.returncode == 0, train.stderr.decode()[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["test/acc"] > 0.8  # three classes: chance is 1/3
+    # Its predict_dataloader, predicted; then a new run from its weights, as "Train" says (with its --net and --data).
+    last = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    output = tmp_path / "predictions.csv"
+    predict = [sys.executable, "scripts/predict.py", "--ckpt_path", last, "--output", str(output), "--quiet", "true"]
+    assert subprocess.run(predict, cwd=project, env=env, capture_output=True).returncode == 0
+    assert len(output.read_text().splitlines()) == 1 + 2000 - 2 * (2000 // 3)  # a header and the test set
+    fine_tune = re.search(r"python (scripts/train\.py --ckpt_path runs/<run>/checkpoints/last\.ckpt[^\n]*)", readme)[1]
+    fine_tune = fine_tune.replace("runs/<run>/checkpoints/last.ckpt", last).split()
+    flags[-1] = str(tmp_path / "fine_tuned")
+    train = subprocess.run([sys.executable, *fine_tune, *flags], cwd=project, env=env, capture_output=True)
+    assert train.returncode == 0, train.stderr.decode()[-3000:]
+    assert yaml.safe_load((tmp_path / "fine_tuned" / "config.yaml").read_text())["ckpt_path"] == last

@@ -323,10 +323,11 @@ def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) ->
 def parse_error(error: ArgumentError, parser: ArgumentParser, args: list[str]) -> UserError:
     message = explain(error)
     # argparse takes a value that starts with '-' (--lr -inf) for an option, and says the flag got none.
-    if (flag := re.match(r"argument (--[\w.]+): expected one argument", message)) and (
-        value := flag_value(args, flag[1]) or ""
-    ).startswith("-"):
+    flag = re.match(r"argument (--[\w.]+): expected one argument", message)
+    if flag and re.match(r"-(?!-)", value := flag_value(args, flag[1]) or ""):
         message = f"{flag[1]} {value}: a value that starts with '-' is read as an option; write it {flag[1]}={value}."
+    elif flag:  # a yes/no option given as a switch, most often
+        message = f"{flag[1]} needs a value after it (a yes/no option takes true or false: {flag[1]} true)."
     unknown = re.match(r"unrecognized arguments: --([\w.]+)", message, flags=re.IGNORECASE)  # 4.43: "Unrecognized"
     options = [action.dest for action in parser._actions if not action.dest.endswith(("help", "+"))]
     if unknown and (guesses := closest(unknown[1], options)):

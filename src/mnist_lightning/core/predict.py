@@ -50,9 +50,9 @@ def check_output(path: Path) -> None:
         raise UserError(f"--output {path} cannot be written: {error.strerror.lower()}.") from error
 
 
-def read_files(inputs: list[str], data) -> tuple[list[dict], list]:
+def read_files(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list]:
     """A row per input (with status and note where it has no prediction) and the samples of the others, in order.
-    A file that fails is skipped with the reason, and the rest still count."""
+    A file that fails, or gives samples the model cannot take, is skipped with the reason; the rest still count."""
     if not hasattr(data, "read_file"):
         raise UserError(
             f"{type(data).__name__}, the data module the model was trained with, cannot read files (it has no "
@@ -74,6 +74,9 @@ def read_files(inputs: list[str], data) -> tuple[list[dict], list]:
             except Exception as error:  # one bad file (of any kind of damage) must not cost the others
                 rows.append({"input": str(path), "status": "skipped", "note": first_line(error)})
             else:
+                if wrong := sample_problem(read, shape):
+                    rows.append({"input": str(path), "status": "skipped", "note": f"read_file() gives {wrong}"})
+                    continue
                 rows += [{"input": str(path) if len(read) == 1 else f"{path}[{i}]"} for i in range(len(read))]
                 samples += list(read)
     return rows, samples
@@ -98,19 +101,27 @@ def read_loader(data, ckpt_path: str) -> tuple[list[dict], list]:
     return [{"input": f"#{i}"} for i in range(len(samples))], samples
 
 
+def sample_problem(samples: list, shape: tuple) -> str | None:
+    """What is wrong with the first of ``samples`` that the model cannot take, or None."""
+    wrong = next((sample for sample in samples if not isinstance(sample, Tensor) or sample.shape != shape), None)
+    if wrong is None:
+        return None
+    got = f"of shape {tuple(wrong.shape)}" if isinstance(wrong, Tensor) else f"that is a {type(wrong).__name__}"
+    return f"a sample {got}, where the model takes samples of shape {shape}"
+
+
 def predict(config: Namespace) -> list[dict]:
     if config.output:
         check_output(config.output)
     check_accelerator(config.accelerator)
     checkpoint = load_with_overrides(config)
     model, data, name = checkpoint.model, checkpoint.datamodule, type(checkpoint.datamodule).__name__
-    rows, samples = read_files(config.inputs, data) if config.inputs else read_loader(data, config.ckpt_path)
-    shape, source = tuple(model.hparams.input_shape), "read_file()" if config.inputs else "predict_dataloader()"
-    if (wrong := next((s for s in samples if not isinstance(s, Tensor) or tuple(s.shape) != shape), None)) is not None:
-        got = f"of shape {tuple(wrong.shape)}" if isinstance(wrong, Tensor) else f"that is a {type(wrong).__name__}"
+    shape = tuple(model.hparams.input_shape)
+    rows, samples = read_files(config.inputs, data, shape) if config.inputs else read_loader(data, config.ckpt_path)
+    if not config.inputs and (wrong := sample_problem(samples, shape)):
         raise UserError(
-            f"The data module {name} does not give what it says (input_shape {shape}): its {source} gives a sample "
-            f"{got}, where the model takes samples of shape {shape}. Fix {source} or what {name} says."
+            f"The data module {name} does not give what it says (input_shape {shape}): its predict_dataloader() gives "
+            f"{wrong}. Fix predict_dataloader() or what {name} says."
         )
     for row in rows:
         if row.get("status") == "skipped":
