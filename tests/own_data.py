@@ -195,6 +195,7 @@ class Mislabelled(Points):
             "nan": (samples.where(torch.arange(len(samples))[:, None] % 7 > 0, torch.nan), labels),
             "double": (samples.double(), labels),  # torch.from_numpy of numpy's float64
             "integer": (samples.round().long(), labels),
+            "late": (samples, torch.cat([labels[:32], labels[32:] + 3])),  # past the first batch of 32
         }
         if fault == "dict":
             self.sets[stage] = [{"x": x, "y": y} for x, y in zip(samples, labels, strict=True)]

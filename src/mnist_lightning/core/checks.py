@@ -260,10 +260,12 @@ DATA_HOOKS = ("prepare_data", "setup", "train_dataloader", "val_dataloader", "te
 @contextmanager
 def data_module_errors(datamodule: LightningDataModule) -> Iterator[None]:
     """An error raised in the data module's own methods as one paragraph naming the method and its line, not a
-    traceback through Lightning's loops."""
+    traceback through Lightning's loops; and a step's error on a batch that breaks what it says (BatchCheck)."""
     try:
         yield
     except Exception as error:
+        if problem := getattr(error, "batch_problem", None):
+            raise problem from error
         frames = list(traceback.walk_tb(error.__traceback__))
         ours = [(f, n) for f, n in frames if f.f_code.co_name in DATA_HOOKS and f.f_locals.get("self") is datamodule]
         if isinstance(error, UserError) or not ours:
@@ -289,7 +291,13 @@ def check_tested(trainer: Trainer) -> None:
 
 
 def check_batch(
-    batch: Any, loader: str, datamodule: LightningDataModule, shape: tuple, classes: int, dtype: torch.dtype | None
+    batch: Any,
+    loader: str,
+    datamodule: LightningDataModule,
+    shape: tuple,
+    classes: int,
+    dtype: torch.dtype | None,
+    which: str = "the first batch",
 ) -> None:
     """The first batch of the data module's ``loader`` against what it says, and samples of the weights' ``dtype``
     (None: any floating one, which autocast converts). Labels may be int64 or uint8: what cross_entropy takes."""
@@ -312,7 +320,7 @@ def check_batch(
         name, kind = type(datamodule).__name__, str(dtype).removeprefix("torch.") if dtype else "floating-point"
         raise UserError(
             f"The data module {name} does not give what it says (input_shape {tuple(shape)}, num_classes {classes}): "
-            f"the first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: finite "
+            f"{which} of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: finite "
             f"{kind} samples of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to "
             f"{classes - 1} of shape (batch,). Fix {loader}() or what {name} says."
         )
