@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import TINY_RUN, one_line
 
 from mnist_lightning.core.evaluate import main
@@ -29,6 +30,9 @@ def test_evaluate_reproduces_the_test_accuracy_of_training(trained, tmp_path, ca
     written = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert written["test/acc"] == trained["test/acc"] and written["test/loss"] == pytest.approx(trained["test/loss"])
     assert trained.keys() - {"history"} <= written.keys() | {"fit_seconds", "seed", "best_val/acc"}
+    assert written["best_checkpoint"] == trained["best_checkpoint"]  # the checkpoint tested
+    record = yaml.safe_load((tmp_path / "e" / "config.yaml").read_text())
+    assert record["ckpt_path"] == trained["best_checkpoint"] and record["output_dir"] == str(tmp_path / "e")
 
 
 def test_evaluate_on_other_settings(trained, fake_mnist, tmp_path):

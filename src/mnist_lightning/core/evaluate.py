@@ -1,5 +1,5 @@
 """Test a trained checkpoint on its data module's test set, on any accelerator; writes ``metrics.json``, with the
-keys of training's, in a new run folder."""
+keys of training's, and ``config.yaml``, its options, in a new run folder."""
 
 import logging
 import sys
@@ -17,7 +17,7 @@ from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, BatchSize, Parser, make_trainer, parse_command_line
 from .devices import check_accelerator
 from .errors import run_main
-from .records import discard_new_run, new_run_dir, run_metrics, write_json
+from .records import RUN_RECORD, discard_new_run, new_run_dir, replaced, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
 
 
@@ -46,12 +46,16 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
     return load_checkpoint(config.ckpt_path, **overrides)
 
 
-def evaluate(trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int) -> dict:
+def evaluate(
+    trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int, checkpoint: str | None = None
+) -> dict:
+    """Test ``model`` (the weights of ``checkpoint``, recorded as the run's tested checkpoint)."""
     start = time.perf_counter()
     with data_module_errors(datamodule), lightning_notes_ignored():
         (results,) = trainer.test(model, datamodule=datamodule, verbose=False) or [{}]
     check_tested(trainer)
-    metrics = run_metrics(trainer, model, test=results, epochs=epochs, test_seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    metrics = run_metrics(trainer, model, test=results, epochs=epochs, best_checkpoint=checkpoint, test_seconds=seconds)
     if trainer.is_global_zero:
         write_json(Path(trainer.default_root_dir) / "metrics.json", metrics)
         accuracy, loss = 100 * metrics["test/acc"], metrics["test/loss"]
@@ -68,11 +72,13 @@ def build_and_evaluate(config: Namespace) -> dict:
     run_dir = new_run_dir(config.output_dir)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:
+        with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
+            file.write(build_parser().dump(config.clone().update(str(run_dir), "output_dir")).encode())
         settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
         settings |= {"logger": False, "enable_checkpointing": False, "default_root_dir": run_dir}
         callbacks = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
         trainer = make_trainer("evaluate.py", callbacks=callbacks, **settings)
-        return evaluate(trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs)
+        return evaluate(trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs, config.ckpt_path)
     except BaseException:
         discard_new_run(run_dir)
         raise
