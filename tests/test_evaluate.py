@@ -35,6 +35,16 @@ def test_evaluate_reproduces_the_test_accuracy_of_training(trained, tmp_path, ca
     assert record["ckpt_path"] == trained["best_checkpoint"] and record["output_dir"] == str(tmp_path / "e")
 
 
+def test_an_evaluation_folder_is_not_taken_for_a_training_run(trained, tmp_path, capsys):
+    """Its config.yaml is evaluate.py's: train.py --ckpt_path last says there is no training run there."""
+    assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
+    capsys.readouterr()
+    assert train_main(["--output_dir", str(tmp_path / "e"), "--ckpt_path", "last"]) == 2
+    message = one_line(capsys.readouterr().err)
+    assert f"{tmp_path / 'e'} is not the folder of a training run" in message and "to resume" in message
+    assert sorted(path.name for path in (tmp_path / "e").iterdir()) == [".lock", "config.yaml", "metrics.json"]
+
+
 def test_evaluate_on_other_settings(trained, fake_mnist, tmp_path):
     flags = ["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e"), "--batch_size", "7"]
     assert main([*flags, "--data.data_dir", str(fake_mnist), "--precision", "bf16-mixed", "--accelerator", "cpu"]) == 0

@@ -303,6 +303,11 @@ def refuse_cut_record(record: str, options: list[str]) -> None:
     lacks = [option for option in options if option not in written] if isinstance(written, dict) else []
     if text.endswith("\n") and options[-1] not in lacks:
         return
+    if options[0] in lacks and "ckpt_path" in written:  # whole, but another script's (evaluate.py's, say)
+        raise UserError(
+            f"{Path(record).parent} is not the folder of a training run ({record} is not a record of scripts/train.py, "
+            "which names every option), so there is no run to resume: pass the --output_dir of a run of train.py."
+        )
     reason = "its last line stops mid-way" if text.strip() else "it is empty"
     if lacks:
         reason = f"it has no line for --{', --'.join(lacks[:4])}" + f" and {len(lacks) - 4} more" * (len(lacks) > 4)
