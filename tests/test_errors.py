@@ -216,6 +216,12 @@ def assert_one_paragraph(capsys, code, phrase):
             [],
             "Error: data: val_size: abc in the config file {file} is not a whole number.",
         ),
+        (
+            "net:\n  class_path: helpers.SmallCNN\n  channels: 4\n",
+            [],
+            "Error: The arguments of --net in a config file go under init_args: (`net: {{class_path: CLASS, "
+            "init_args: {{NAME: VALUE}}}}`), not beside class_path.",
+        ),
         ("seed: -1\n", ["--seed", "-1"], "Error: --seed -1 is out of range"),
         ("max_epochs: 3\n", ["--max_epochs", "two"], "Error: --max_epochs two is not a whole number."),
         (
@@ -233,7 +239,8 @@ def assert_one_paragraph(capsys, code, phrase):
         ("max_epochs: [1, 2]\n", ["--max_epochs", "3"], "Error: max_epochs: [1, 2] in the config file {file} is not"),
     ],
     ids=[
-        *("parsed", "range", "seed range", "data init_args", "data", "flag and file", "flag over file", "exponent"),
+        *("parsed", "range", "seed range", "data init_args", "data", "beside class_path", "flag and file"),
+        *("flag over file", "exponent"),
         *("nan", "above float32", "inf", "momentum", "data bound", "a list"),
     ],
 )
