@@ -88,6 +88,11 @@ BAD_FLAGS = [
     ),
     (["--net.num_classes", "3"], 2, ["--net.num_classes is not an option", "given by the data module (--data)"]),
     (["--net", "helpers.SmallCNN", "--net.width", "3"], 2, ["--net.width is not an argument", "takes --net.channels"]),
+    (
+        ["--net.channels", "4", "--net", "helpers.SmallCNN"],
+        2,
+        ["--net.channels is not an argument of", "Give --net CLASS before its --net.NAME flags."],
+    ),
     (["--devices", "-3"], 2, ["Trainer settings are not valid", "should be an int"]),
     (["--devices", "abc"], 2, ["Trainer settings are not valid"]),
     (["--accelerator", "tpux"], 2, ["invalid accelerator name", "cpu"]),

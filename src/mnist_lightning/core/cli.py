@@ -333,6 +333,11 @@ def parse_error(error: ArgumentError, parser: ArgumentParser, args: list[str]) -
         message = f"{flag[1]} {value}: a value that starts with '-' is read as an option; write it {flag[1]}={value}."
     elif flag:  # a yes/no option given as a switch, most often
         message = f"{flag[1]} needs a value after it (a yes/no option takes true or false: {flag[1]} true)."
+    flags = [arg.split("=")[0] for arg in args]
+    # --net.NAME before --net CLASS is read as an argument of the class chosen until then
+    early = re.match(r"((--net|--data)\.\w+) is not an argument of", message)
+    if early and early[1] in flags and early[2] in flags[flags.index(early[1]) :]:
+        message += f" Give {early[2]} CLASS before its {early[2]}.NAME flags."
     unknown = re.match(r"unrecognized arguments: --([\w.]+)", message, flags=re.IGNORECASE)  # 4.43: "Unrecognized"
     options = [action.dest for action in parser._actions if not action.dest.endswith(("help", "+"))]
     if unknown and (guesses := closest(unknown[1], options)):
