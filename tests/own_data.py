@@ -211,6 +211,8 @@ class Broken(Points):
     def __init__(self, batch_size: int = 32, broken: str = "none") -> None:
         super().__init__(batch_size)
         self.broken = broken
+        if broken == "__init__":  # a mistake of its own code, not a refused argument
+            self.sets["train"].tensors[0][:, 5]
         if broken == "predict_samples":
             self.sets["predict"] = TensorDataset(torch.zeros(6, 5))
 

@@ -380,6 +380,14 @@ def test_an_own_file_that_fails_to_import_is_named_with_its_line(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_data_module_that_fails_in_its_init_is_named_with_its_line(tmp_path, capsys):
+    flags = ["--data", "own_data.Broken", "--data.broken", "__init__", "--output_dir", str(tmp_path / "run")]
+    assert train_main([*flags, *QUIET]) == 2
+    message = one_paragraph(capsys.readouterr().err)
+    assert "--data own_data.Broken could not be built: index 5 is out of bounds" in message
+    assert f"(IndexError at {Path(__file__).parent / 'own_data.py'}, line " in message
+
+
 def test_a_network_that_does_not_fit_the_data_is_named(tmp_path, capsys):
     """TinyCNN wants images; Points gives samples of shape (2,): the message names the network and the sizes."""
     flags = ["--data", "own_data.Points", "--net", "own_data.TinyCNN", "--output_dir", str(tmp_path / "run"), *QUIET]

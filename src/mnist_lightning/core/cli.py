@@ -488,6 +488,10 @@ def build_classes(config: Namespace) -> Namespace:
         advice = (
             "Install what it needs, as said" if missing else f"Check the arguments given to it as {flag}.NAME VALUE"
         )
+        # The class's own error (not a refused argument: ValueError, TypeError), where it was raised
+        if (cause := error.__cause__) and cause.__traceback__ and not isinstance(cause, ValueError | TypeError):
+            frame = traceback.extract_tb(cause.__traceback__)[-1]
+            reason += f" ({type(cause).__name__} at {frame.filename}, line {frame.lineno})"
         raise UserError(f"{what} could not be built: {reason}. {advice}.") from error
 
 
