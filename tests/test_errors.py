@@ -224,8 +224,7 @@ def assert_one_paragraph(capsys, code, phrase):
         (
             "net:\n  class_path: helpers.SmallCNN\n  channels: 4\n",
             [],
-            "Error: The arguments of --net in a config file go under init_args: (`net: {{class_path: CLASS, "
-            "init_args: {{NAME: VALUE}}}}`), not beside class_path.",
+            "Error: The arguments of --net in a config file go under init_args: (`net: ",
         ),
         ("seed: -1\n", ["--seed", "-1"], "Error: --seed -1 is out of range"),
         ("max_epochs: 3\n", ["--max_epochs", "two"], "Error: --max_epochs two is not a whole number."),

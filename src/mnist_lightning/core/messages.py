@@ -121,9 +121,10 @@ def either(items: list[str]) -> str:
 def not_an_argument(flag: str, name: str, class_path: str) -> str:
     """``--net.NAME`` or ``--data.NAME`` that the class does not take: what it does take."""
     if name == "class_path":  # jsonargparse's word for arguments written beside class_path, not under init_args
+        example = "{class_path: CLASS, init_args: {NAME: VALUE}}"
         return (
-            f"The arguments of {flag} in a config file go under init_args: (`{flag[2:]}: {{class_path: CLASS, "
-            "init_args: {NAME: VALUE}}`), not beside class_path."
+            f"The arguments of {flag} in a config file go under init_args: (`{flag[2:]}: {example}`), not beside "
+            "class_path."
         )
     try:
         module, _, attribute = class_path.rpartition(".")
