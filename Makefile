@@ -1,6 +1,6 @@
 # `make train` and `make test` do all the set-up themselves: the first use creates .venv and installs the
 # project into it (pip install -e ".[dev]"); later uses reuse it. Extra arguments go in ARGS="...".
-# `make test` skips the tests marked slow (several processes each: DDP, kill -9, a baked project);
+# `make test` skips the tests marked slow (each starts several processes: DDP, kill -9, a run to resume);
 # `make test-all` runs everything, as CI does.
 PYTHON ?= python3
 VENV ?= .venv

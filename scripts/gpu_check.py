@@ -6,7 +6,7 @@
     python scripts/gpu_check.py --cpu --data_dir data    # anywhere: the same steps on the CPU (make gpu-check-cpu)
 
 Each step is a fresh process: the devices report; train.py on one GPU in 32-true, 16-mixed and bf16-mixed
-precision; the Fabric and plain-PyTorch rungs; compare.py (the three rungs' parity on the device); the tests
+precision; where the project has them, the Fabric and plain-PyTorch rungs and compare.py (the rungs' parity); the tests
 marked gpu; evaluate, predict and export on a GPU-trained checkpoint. With --cpu the same code paths run on the
 CPU, and what needs CUDA (16-bit mixed precision, the gpu tests) is reported as skipped, with the reason.
 """
