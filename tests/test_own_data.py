@@ -162,9 +162,9 @@ def test_evaluate_reproduces_the_test_accuracy(run, tmp_path):
 def test_evaluate_takes_any_argument_of_the_data_module(run, tmp_path, monkeypatch):
     tested = []
 
-    def spy(trainer, model, datamodule, epochs):
+    def spy(trainer, model, datamodule, *args):
         tested.append(datamodule)
-        return real(trainer, model, datamodule, epochs)
+        return real(trainer, model, datamodule, *args)
 
     real = evaluate_module.evaluate
     monkeypatch.setattr(evaluate_module, "evaluate", spy)
