@@ -82,10 +82,10 @@ def read_files(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list]
     return rows, samples
 
 
-def read_loader(data, ckpt_path: str) -> tuple[list[dict], list]:
+def read_loader(data, shape: tuple, ckpt_path: str) -> tuple[list[dict], list]:
     """Read here: Trainer.predict re-creates a data module's DataLoader, which not every DataLoader allows."""
+    name = type(data).__name__
     if not is_overridden("predict_dataloader", data, LightningDataModule):
-        name = type(data).__name__
         files = "pass files that it reads" if hasattr(data, "read_file") else "give it a read_file(path) and pass files"
         raise UserError(
             f"{name}, the data module the model was trained with, has no predict_dataloader, so predict.py without "
@@ -98,6 +98,11 @@ def read_loader(data, ckpt_path: str) -> tuple[list[dict], list]:
         loader = data.predict_dataloader()
     batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in loader]
     samples = [sample for batch in batches for sample in batch]
+    if wrong := sample_problem(samples, shape):
+        raise UserError(
+            f"The data module {name} does not give what it says (input_shape {shape}): its predict_dataloader() gives "
+            f"{wrong}. Fix predict_dataloader() or what {name} says."
+        )
     return [{"input": f"#{i}"} for i in range(len(samples))], samples
 
 
@@ -117,12 +122,9 @@ def predict(config: Namespace) -> list[dict]:
     checkpoint = load_with_overrides(config)
     model, data, name = checkpoint.model, checkpoint.datamodule, type(checkpoint.datamodule).__name__
     shape = tuple(model.hparams.input_shape)
-    rows, samples = read_files(config.inputs, data, shape) if config.inputs else read_loader(data, config.ckpt_path)
-    if not config.inputs and (wrong := sample_problem(samples, shape)):
-        raise UserError(
-            f"The data module {name} does not give what it says (input_shape {shape}): its predict_dataloader() gives "
-            f"{wrong}. Fix predict_dataloader() or what {name} says."
-        )
+    rows, samples = (
+        read_files(config.inputs, data, shape) if config.inputs else read_loader(data, shape, config.ckpt_path)
+    )
     for row in rows:
         if row.get("status") == "skipped":
             print(f"Skipped {row['input']}: {row['note']}.", file=sys.stderr)
