@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+import yaml
 from helpers import FAKE_VAL, TINY_RUN, one_line
 from test_data_integrity import fake_data_with_sums
 
@@ -119,6 +120,18 @@ def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(data, 
     for path in run.glob("*.png"):
         path.unlink()
     assert main(flags(data, run)) == 0  # and so does the same command again
+
+
+def test_a_run_killed_while_writing_its_record_can_be_run_again(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    # What kill -9 during the record's write leaves: the record's temporary file (it is renamed into place whole).
+    (run / ".config.yaml.partial").write_text("seed: 42\nmax_ep")
+    assert resume(run) == 2  # no record: nothing to resume, and the message says to run the command again
+    assert "run its own command again" in one_line(capsys.readouterr().err)
+    assert main(flags(data, run)) == 0
+    assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 42
+    assert not (run / ".config.yaml.partial").exists()
 
 
 def test_a_folder_with_results_is_not_cleared(finished, capsys):

@@ -68,6 +68,7 @@ from .records import (
     discard_new_run,
     lock,
     new_run_dir,
+    replaced,
 )
 from .workarounds import lightning_notes_ignored
 
@@ -411,10 +412,8 @@ def build_training(config: Namespace) -> Training:
             # kept here would stop every later resume at once (Lightning's Timer counts the whole run's time).
             record = config.clone()
             record.output_dir, record.max_time, record.ckpt_path = None, None, weights
-            try:
-                build_parser().save(record, run_dir / RUN_RECORD, skip_none=False, overwrite=True, multifile=False)
-            except OSError as error:  # a full disk, say
-                raise WriteError(run_dir / RUN_RECORD, error) from error
+            with replaced(run_dir / RUN_RECORD) as file:  # whole or not at all: a WriteError names a full disk
+                file.write(build_parser().dump(record, skip_none=False).encode())
     except BaseException:
         if not resuming and rank_zero_only.rank == 0:
             discard_new_run(run_dir)

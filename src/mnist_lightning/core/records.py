@@ -23,7 +23,7 @@ from .errors import WriteError
 
 RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
 LOCK_FILE = ".lock"  # held by the command writing into a run folder (see lock)
-# What a run killed before its first checkpoint leaves in its folder (perhaps with a write's temporary file).
+# What a run killed before its first checkpoint leaves in its folder (and perhaps its record's temporary file).
 UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", LOCK_FILE}
 _held: dict[Path, IO] = {}  # the open lock files of this process, by folder
 
@@ -43,7 +43,9 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
         output_dir = next(p for p in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))) if not p.exists())
     output_dir = Path(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
-    if any(path.name != LOCK_FILE for path in output_dir.iterdir()) and not clear_unstarted_run(output_dir):
+    # A record's temporary file is what a run killed while writing its record leaves; the next write replaces it.
+    kept = [path for path in output_dir.iterdir() if path.name not in (LOCK_FILE, temporary_of(RUN_RECORD))]
+    if kept and not clear_unstarted_run(output_dir):
         release(output_dir)
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
@@ -57,7 +59,7 @@ def clear_unstarted_run(folder: Path) -> bool:
     if not (folder / RUN_RECORD).is_file() or list(folder.glob("checkpoints/*.ckpt")):
         return False
     entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
-    if any(path.name not in UNSTARTED_RUN_ENTRIES for path in entries):
+    if any(path.name not in {*UNSTARTED_RUN_ENTRIES, temporary_of(RUN_RECORD)} for path in entries):
         return False
     for path in entries:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -108,7 +110,7 @@ def discard_new_run(folder: Path) -> None:
 def replaced(path: Path) -> Iterator[IO[bytes]]:
     """A file that replaces ``path`` once written whole: written beside it, synced to disk and renamed over it
     (atomic), so a reader, a Ctrl-C or a crash finds the old file or the new one, never half of one."""
-    temporary = path.with_name(f".{path.name}.partial")
+    temporary = path.with_name(temporary_of(path.name))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as file:
@@ -121,6 +123,10 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     finally:  # after a failed or stopped write (after the rename, there is no temporary file)
         if temporary.exists():
             temporary.unlink()
+
+
+def temporary_of(name: str) -> str:
+    return f".{name}.partial"
 
 
 def write_json(path: str | Path, data: dict) -> None:
