@@ -11,6 +11,8 @@ import pytest
 from helpers import FAKE_VAL, one_line
 from interrupts import start, train_command
 
+from mnist_lightning.core.records import replaced
+
 pytestmark = pytest.mark.slow
 
 
@@ -102,3 +104,16 @@ def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkp
         process.kill()
     assert "is in use by another command that has not ended" in one_line(capsys.readouterr().err)
     assert not (run / "checkpoints" / "exports" / "model.pt2").exists()
+
+
+def test_two_commands_writing_one_file_do_not_mix_it(tmp_path):
+    """Two predicts given one --output, say: whichever finishes last wins whole, and neither fails."""
+    output = tmp_path / "predictions.csv"
+    other = f"from mnist_lightning.core.records import write_json; write_json({str(output)!r}, {{'b': 1}})"
+    with replaced(output) as file:
+        file.write(b"first half,")
+        subprocess.run([sys.executable, "-c", other], check=True)  # another command writes it whole meanwhile
+        assert json.loads(output.read_text()) == {"b": 1}
+        file.write(b"second half\n")
+    assert output.read_text() == "first half,second half\n"
+    assert [path.name for path in tmp_path.iterdir()] == ["predictions.csv"]  # no temporary file left

@@ -126,12 +126,12 @@ def test_a_run_killed_while_writing_its_record_can_be_run_again(data, tmp_path, 
     run = tmp_path / "run"
     run.mkdir()
     # What kill -9 during the record's write leaves: the record's temporary file (it is renamed into place whole).
-    (run / ".config.yaml.partial").write_text("seed: 42\nmax_ep")
+    (run / ".config.yaml.4242.partial").write_text("seed: 42\nmax_ep")
     assert resume(run) == 2  # no record: nothing to resume, and the message says to run the command again
     assert "run its own command again" in one_line(capsys.readouterr().err)
     assert main(flags(data, run)) == 0
     assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 42
-    assert not (run / ".config.yaml.partial").exists()
+    assert not list(run.glob(".*.partial"))
 
 
 def test_a_folder_with_results_is_not_cleared(finished, capsys):

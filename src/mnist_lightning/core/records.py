@@ -43,14 +43,16 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
         output_dir = next(p for p in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))) if not p.exists())
     output_dir = Path(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
-    # A record's temporary file is what a run killed while writing its record leaves; the next write replaces it.
-    kept = [path for path in output_dir.iterdir() if path.name not in (LOCK_FILE, temporary_of(RUN_RECORD))]
+    # A write's temporary file is what a run killed while writing its record leaves: it goes.
+    kept = [path for path in output_dir.iterdir() if path.name != LOCK_FILE and not is_temporary(path)]
     if kept and not clear_unstarted_run(output_dir):
         release(output_dir)
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
         )
+    for path in filter(is_temporary, output_dir.iterdir()):
+        path.unlink()
     return output_dir
 
 
@@ -59,7 +61,7 @@ def clear_unstarted_run(folder: Path) -> bool:
     if not (folder / RUN_RECORD).is_file() or list(folder.glob("checkpoints/*.ckpt")):
         return False
     entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
-    if any(path.name not in {*UNSTARTED_RUN_ENTRIES, temporary_of(RUN_RECORD)} for path in entries):
+    if any(path.name not in UNSTARTED_RUN_ENTRIES and not is_temporary(path) for path in entries):
         return False
     for path in entries:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -110,7 +112,8 @@ def discard_new_run(folder: Path) -> None:
 def replaced(path: Path) -> Iterator[IO[bytes]]:
     """A file that replaces ``path`` once written whole: written beside it, synced to disk and renamed over it
     (atomic), so a reader, a Ctrl-C or a crash finds the old file or the new one, never half of one."""
-    temporary = path.with_name(temporary_of(path.name))
+    # A name of its own: two commands writing one file (two predicts' --output) must not write into each other.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary, "wb") as file:
@@ -125,8 +128,9 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
             temporary.unlink()
 
 
-def temporary_of(name: str) -> str:
-    return f".{name}.partial"
+def is_temporary(path: Path) -> bool:
+    """A file :func:`replaced` is writing, or one a killed write left."""
+    return path.name.startswith(".") and path.name.endswith(".partial") and path.is_file()
 
 
 def write_json(path: str | Path, data: dict) -> None:
