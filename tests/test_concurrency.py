@@ -117,3 +117,16 @@ def test_two_commands_writing_one_file_do_not_mix_it(tmp_path):
         file.write(b"second half\n")
     assert output.read_text() == "first half,second half\n"
     assert [path.name for path in tmp_path.iterdir()] == ["predictions.csv"]  # no temporary file left
+
+
+def test_commands_started_in_one_second_get_a_run_folder_each(tmp_path):
+    """Without --output_dir each run gets runs/<time>: commands started together (a sweep) must not share one."""
+    start_at = time.time() + 3  # all at once, after each process has imported what it needs
+    code = (
+        "import time, sys; from mnist_lightning.core.records import new_run_dir; "
+        f"time.sleep(max(0, {start_at} - time.time())); print(new_run_dir(None, {str(tmp_path / 'runs')!r}))"
+    )
+    processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    folders = [process.communicate(timeout=60)[0].strip() for process in processes]
+    assert [process.returncode for process in processes] == [0] * 4
+    assert len(set(folders)) == 4, folders

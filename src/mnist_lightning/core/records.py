@@ -40,7 +40,14 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
     """The folder for a new run, made and locked: ``output_dir`` if given and unused, else a new runs/<time>."""
     if output_dir is None:
         stamp = Path(runs_root, datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
-        output_dir = next(p for p in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))) if not p.exists())
+        for output_dir in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))):
+            try:  # made here, not merely found free: two commands started in one second must not pick the same
+                output_dir.mkdir(parents=True)
+                break
+            except FileExistsError:
+                continue
+            except OSError:  # cannot be made: lock says why
+                break
     output_dir = Path(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
     # A write's temporary file is what a run killed while writing its record leaves: it goes.
