@@ -44,9 +44,9 @@ class SignalAt(Callback):
     """Send a signal to this very process at an exact moment of training, once (the marker file remembers):
     ``--callbacks interrupts.SignalAt --callbacks.signal SIGTERM --callbacks.moment validation ...``.
 
-    moment: ``batch`` (the start of training batch ``step``), ``validation`` (the second validation batch of
-    epoch ``epoch``), ``checkpoint`` (while a checkpoint of epoch ``epoch`` is being put together, before its
-    file is written).
+    moment: ``setup`` (the fit's setup, before Lightning's own signal handling), ``batch`` (the start of training
+    batch ``step``), ``validation`` (the second validation batch of epoch ``epoch``), ``checkpoint`` (while a
+    checkpoint of epoch ``epoch`` is being put together, before its file is written).
     """
 
     def __init__(self, signal: str, moment: str, marker: str, epoch: int = 1, step: int = 3) -> None:
@@ -56,6 +56,10 @@ class SignalAt(Callback):
         if not self.marker.exists():
             self.marker.write_text(f"{self.signal} at {self.moment}")
             os.kill(os.getpid(), SIGNALS[self.signal])
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        if self.moment == "setup" and stage == "fit":
+            self._fire()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.moment == "batch" and trainer.global_step == self.step:

@@ -94,6 +94,16 @@ def test_a_stop_mid_epoch_keeps_the_last_finished_epoch(flags, tmp_path, name):
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
 
 
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_the_fit_sets_up_stops_the_run(flags, tmp_path, name):
+    """Before Lightning installs its own SIGTERM handler (which resets what it noted), a SIGTERM is still a stop."""
+    run = tmp_path / "run"
+    process = start(train_command([*flags, "--max_epochs", "3", *signal_at(name, "setup", tmp_path / "m")], run))
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 128 + getattr(signal, name) and "Traceback" not in stderr, stderr[-3000:]
+    assert "before the first epoch ended" in stderr and not run.exists()
+
+
 def test_ctrl_c_while_last_ckpt_is_written_keeps_the_previous_one(flags, uninterrupted, tmp_path):
     run = tmp_path / "run"
     ctrl_c = signal_at("SIGINT", "checkpoint", tmp_path / "fired", epoch=2)

@@ -65,7 +65,10 @@ def run_main(
     apply_workarounds()
 
     def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
-        if not stops_itself():
+        # Lightning's handler (which calls this one) is installed only once a fit's setup is done: before, the signal
+        # would be lost (Lightning resets what it noted when it installs its handler).
+        lightning_handles_it = signal.getsignal(signal.SIGTERM) is not on_sigterm
+        if not (stops_itself() and lightning_handles_it):
             sys.exit(TERMINATED)
 
     # Not over a handler of the caller's, nor from another thread, where Python cannot set one.
