@@ -5,6 +5,7 @@ import json
 import math
 import re
 import shutil
+import sys
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import yaml
 from helpers import FAKE_VAL, TINY_RUN, one_line
 from test_data_integrity import fake_data_with_sums
 
+from mnist_lightning.core import evaluate, predict
 from mnist_lightning.core.train import main
 
 
@@ -132,6 +134,37 @@ def test_a_run_killed_while_writing_its_record_can_be_run_again(data, tmp_path, 
     assert main(flags(data, run)) == 0
     assert yaml.safe_load((run / "config.yaml").read_text())["seed"] == 42
     assert not list(run.glob(".*.partial"))
+
+
+NETWORK = """import math
+from torch import nn
+
+
+class Net(nn.Sequential):
+    def __init__(self, input_shape, num_classes):
+        super().__init__(nn.Flatten(), LAYERS)
+"""
+
+
+def test_a_resume_after_the_networks_code_changed_is_refused_and_the_run_left_as_it_was(
+    data, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source, run = tmp_path / "edited_net.py", tmp_path / "run"
+    source.write_text(NETWORK.replace("LAYERS", "nn.Linear(math.prod(input_shape), num_classes)"))
+    assert main(flags(data, run, "--net", "edited_net.Net")) == 0
+    hidden = "nn.Linear(math.prod(input_shape), 16), nn.ReLU(), nn.Linear(16, num_classes)"
+    source.write_text(NETWORK.replace("LAYERS", hidden))  # the user changes the network, then resumes
+    monkeypatch.delitem(sys.modules, "edited_net")
+    record, logs = (run / "config.yaml").read_bytes(), sorted(run.rglob("*"))
+    capsys.readouterr()
+    assert resume(run, "--max_epochs", "3") == 2
+    message = one_line(capsys.readouterr().err)
+    assert "the network's code has changed" in message and "Missing key" in message, message
+    assert (run / "config.yaml").read_bytes() == record and sorted(run.rglob("*")) == logs
+    for script in (evaluate, predict):  # its checkpoints, by the other scripts: the same cause, named
+        assert script.main(["--ckpt_path", str(run / "checkpoints" / "last.ckpt")]) == 2
+        assert "the network's code has changed" in one_line(capsys.readouterr().err)
 
 
 def test_a_folder_with_results_is_not_cleared(finished, capsys):

@@ -42,6 +42,12 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
         model = Classifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except Exception as error:  # a class not importable here, or settings of another program or version
+        if isinstance(error, RuntimeError) and "Error(s) in loading state_dict" in str(error):  # torch's wording
+            raise CheckpointError(
+                f"{path} holds weights that its recorded network cannot take as its code is now "
+                f"({weights_problem(error)}): the network's code has changed since it was trained, or the file was "
+                "edited. Pass a checkpoint written by scripts/train.py with the network's code as it is now."
+            ) from error
         named = re.search(r"class_path[= ]'([^']+)'", str(error))
         raise CheckpointError(
             f"{path} was trained with {named[1] if named else 'settings of another program or version'}, which "
@@ -101,12 +107,19 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return contents
 
 
-def load_weights(model: LightningModule, path: str | Path) -> None:
-    """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress."""
+def load_weights(model: LightningModule, path: str | Path, resuming: bool = False) -> None:
+    """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress. A
+    resumed run's own weights are tried here too, so a network whose code changed is named before Lightning loads."""
     contents = read_checkpoint(path)
     try:
         model.load_state_dict(contents["state_dict"])
     except RuntimeError as error:  # missing, unexpected or differently shaped weights: another network
+        if resuming:
+            raise CheckpointError(
+                f"{path}, the resume point of this run, holds weights that its network {type(model.net).__name__} "
+                f"cannot take as its code is now ({weights_problem(error)}): the network's code has changed since the "
+                "run started. Restore that code to resume the run, or start a new run."
+            ) from error
         trained = contents["hyper_parameters"]
         net, advice = trained.get("net"), "."
         if isinstance(net, dict) and net.get("class_path"):
@@ -125,6 +138,12 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
         raise CheckpointError(
             f"{path} holds the weights of another network than this run's {type(model.net).__name__}{advice}"
         ) from error
+
+
+def weights_problem(error: RuntimeError) -> str:
+    """The first of torch's reasons (its first line only names the module), cut to a sentence's length."""
+    lines = [line.strip().rstrip(".") for line in str(error).splitlines()[1:] if line.strip()] or [first_line(error)]
+    return lines[0] if len(lines[0]) <= 160 else f"{lines[0][:157]}..."
 
 
 def completed_epochs(contents: dict[str, Any]) -> int:

@@ -401,6 +401,8 @@ def build_training(config: Namespace) -> Training:
         check_data_methods(datamodule, tested=config.limit_test_batches != 0)
         if weights and not resuming:
             load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
+        elif resuming:
+            load_weights(model, run_dir / "checkpoints" / "last.ckpt", resuming=True)  # Lightning loads them again
         if rank_zero_only.rank == 0:
             with data_module_errors(datamodule):
                 datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
