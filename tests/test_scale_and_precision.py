@@ -1,4 +1,4 @@
-"""DDP on two CPU processes, bf16 mixed precision, determinism, and the classic SGD config."""
+"""DDP on two CPU processes, bf16 mixed and true precisions, determinism, and the classic SGD config."""
 
 import json
 import subprocess
@@ -21,6 +21,13 @@ def run(data_dir, output_dir, *flags):
 def test_bf16_mixed_precision_on_cpu(fake_mnist, tmp_path):
     metrics = run(fake_mnist, tmp_path / "bf16", "--accelerator", "cpu", "--precision", "bf16-mixed")
     assert metrics["precision"] == "bf16-mixed" and metrics["test/acc"] > 0.9
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "64-true"])  # 16-true: Adam overflows it (test_resume)
+def test_true_precisions_train_with_the_model_summary_shown(fake_mnist, tmp_path, precision):
+    """The model summary runs an example input through the network: it must be in the weights' dtype."""
+    metrics = run(fake_mnist, tmp_path / "run", "--precision", precision, "--enable_model_summary", "true")
+    assert metrics["precision"] == precision and metrics["test/acc"] is not None
 
 
 def test_same_seed_and_deterministic_runs_write_identical_metrics(fake_mnist, tmp_path):

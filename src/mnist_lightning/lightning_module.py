@@ -43,7 +43,6 @@ class Classifier(LightningModule):
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         check_hyperparameters(self)
         self.net = net(tuple(input_shape), num_classes)
-        self.example_input_array = torch.zeros(2, *input_shape)  # the model summary shows the sizes with it
         check_network(self.net, self.example_input_array, num_classes)  # now, not at the first batch
         self.train_loss = MeanMetric(nan_strategy="disable")  # means over samples, NaN kept: a diverged run shows
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
@@ -52,6 +51,10 @@ class Classifier(LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
+
+    @property
+    def example_input_array(self) -> Tensor:  # the model summary's, in the weights' dtype (--precision 16-true)
+        return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
     def configure_model(self) -> None:
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
