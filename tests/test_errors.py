@@ -31,7 +31,7 @@ BAD_FLAGS = [
     # --batch_size is linked into the data module; its own batch_size would be silently replaced.
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
     # float32's largest: Adam could not apply it
-    (["--lr", "1e39"], 2, ["--lr 1e+39 is out of range: it must be above 0 and at most 3.4e38."]),
+    (["--lr", "1e38"], 2, ["--lr 1e+38 is out of range: it must be above 0 and at most 3.4e37."]),
     # argparse reads -inf as an option: the flag would get no value
     (["--lr", "-inf"], 2, ["--lr -inf: a value that starts with '-' is read as an option; write it --lr=-inf."]),
     (["--momentum", "-1"], 2, ["--momentum -1.0 is out of range: it must be at least 0 and below 1."]),
@@ -104,7 +104,7 @@ BAD_FLAGS = [
     (["--batch_size", "1e9"], 2, ["--batch_size 1e9 is not a whole number as written: write 1000000000."]),
     (["--max_epochs", "1e2"], 2, ["--max_epochs 1e2 is not a whole number as written: write 100."]),
     (["--seed", "2.5"], 2, ["--seed 2.5 is not a whole number. Run"]),
-    (["--lr", "-1"], 2, ["--lr -1.0 is out of range: it must be above 0 and at most 3.4e38."]),
+    (["--lr", "-1"], 2, ["--lr -1.0 is out of range: it must be above 0 and at most 3.4e37."]),
     # Floats above 2**53 hold no exact digits of what was written: no digits to suggest
     (["--batch_size", "1e30"], 2, ["--batch_size 1e30 is not a whole number as written: write it in digits."]),
     (["--seed", "1e30"], 2, ["--seed 1e+30 is not a whole number as written: write it in digits."]),

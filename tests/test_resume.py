@@ -173,9 +173,11 @@ def test_a_folder_with_results_is_not_cleared(finished, capsys):
     assert "already holds files" in message and "--ckpt_path last" in message
 
 
-def test_a_diverged_run_stops_with_a_message_and_no_nan_records(data, tmp_path, capsys):
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_diverged_run_stops_with_a_message_and_no_nan_records(data, tmp_path, capsys, optimizer):
     run = tmp_path / "run"
-    diverging = ["--optimizer", "sgd", "--lr", "1e38", "--weight_decay", "10", "--lr_schedule", "constant"]
+    # The largest --lr taken: each optimizer's arithmetic must hold it (Adam's first step is lr / 0.1).
+    diverging = ["--optimizer", optimizer, "--lr", "3.4e37", "--weight_decay", "10", "--lr_schedule", "constant"]
     code = main(flags(data, run, *diverging))
     message = one_line(capsys.readouterr().err)
     assert code == 1 and "Training diverged" in message and "smaller --lr" in message

@@ -33,7 +33,7 @@ class Classifier(LightningModule):
         num_classes: int,
         net: NetworkFactory = SimpleNN,
         optimizer: OptimizerName = "adam",
-        lr: Annotated[float, "> 0", "<= 3.4e38"] = 0.02,  # float32's largest: the optimizers multiply weights by it
+        lr: Annotated[float, "> 0", "<= 3.4e37"] = 0.02,  # float32's largest / 10: Adam's first step is lr / 0.1
         momentum: Annotated[float, ">= 0", "< 1"] = 0.9,  # at 1, past gradients never fade
         weight_decay: Annotated[float, ">= 0"] = 0.0,
         lr_schedule: ScheduleName = "cosine",
