@@ -4,6 +4,7 @@ its mistakes told before any work; export replaces its own earlier files. Pictur
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -70,6 +71,19 @@ def test_bad_options_are_one_paragraph_without_usage(fake_ckpt, capsys, flags, p
     assert main(["--ckpt_path", fake_ckpt, *flags]) == 2
     err = capsys.readouterr().err
     assert phrase in one_line(err) and "usage:" not in err and err.startswith("Error:")
+
+
+def test_predictions_do_not_replace_what_a_run_wrote(fake_ckpt, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(Path(fake_ckpt).parents[1], run)
+    ckpt = str(run / "checkpoints" / Path(fake_ckpt).name)
+    for written in ("metrics.json", "logs/metrics.csv"):
+        before = (run / written).read_bytes()
+        assert main(["--ckpt_path", ckpt, "--output", str(run / written), "--quiet", "true"]) == 2
+        assert f"is a file of the run in {run}" in one_line(capsys.readouterr().err)
+        assert (run / written).read_bytes() == before
+    for _ in range(2):  # a file of their own in the run's folder, replaced by the next predict
+        assert main(["--ckpt_path", ckpt, "--output", str(run / "predictions.csv"), "--quiet", "true"]) == 0
 
 
 def test_the_table_is_bounded_and_the_file_has_every_row(fake_ckpt, capsys, tmp_path):

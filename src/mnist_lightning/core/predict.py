@@ -23,7 +23,7 @@ from .devices import check_accelerator
 from .errors import NothingToPredict, UserError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
 from .messages import first_line
-from .records import replaced, write_json
+from .records import RUN_RECORD, replaced, write_json
 
 
 def build_parser() -> ArgumentParser:
@@ -38,9 +38,19 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+RUN_FILES = ("metrics.json", "logs", "tensorboard", "checkpoints")  # in a run's folder, what its commands wrote
+
+
 def check_output(path: Path) -> None:
     if path.suffix.lower() not in (".csv", ".json"):
         raise UserError(f"--output {path}: use a file name ending in .csv or .json.")
+    # What a run wrote (its metrics.json, logs, exports' preprocessing.json) is its record: predictions go beside it.
+    run = next((p for p in path.resolve().parents[:4] if (p / RUN_RECORD).is_file()), None)
+    if run and path.exists() and path.resolve().relative_to(run).parts[0] in RUN_FILES:
+        raise UserError(
+            f"--output {path} is a file of the run in {run}, which predictions would replace. Give a file of their "
+            f"own, e.g. --output {run / 'predictions.csv'}."
+        )
     try:  # tried, not asked: os.access says yes to root even where nothing can be written (/proc)
         if path.exists():
             path.open("a").close()
