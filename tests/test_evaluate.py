@@ -154,6 +154,25 @@ def test_a_checkpoint_with_flipped_bits_is_refused_by_every_entry_point(trained,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("entry", ["evaluate", "predict", "export", "train"])
+def test_a_checkpoint_with_weights_that_are_not_finite_is_refused_by_every_entry_point(
+    trained, fake_mnist, tmp_path, capsys, entry
+):
+    from importlib import import_module
+
+    contents = torch.load(trained["best_checkpoint"], weights_only=True)
+    contents["state_dict"]["net.linear.bias"][3] = float("nan")  # an edited file: train.py keeps no NaN
+    torch.save(contents, edited := tmp_path / "nan.ckpt")
+    flags = ["--ckpt_path", str(edited)]
+    if entry == "train":  # fine-tuning from it
+        flags += ["--data.data_dir", str(fake_mnist), *TINY_RUN]
+    if entry != "predict":
+        flags += ["--output_dir", str(tmp_path / "out")]
+    assert import_module(f"mnist_lightning.core.{entry}").main(flags) == 2
+    assert f"{edited} holds weights that are not finite" in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
+
+
 def test_output_to_a_file_or_a_pipe_has_no_progress_bar(trained, tmp_path, capsys):
     """As train.py: a bar only in a terminal (captured output is not one), where its redraws do not pile up."""
     assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0

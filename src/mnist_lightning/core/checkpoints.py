@@ -54,6 +54,7 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
             f"cannot be built here: {first_line(error)}. Make its module importable (install its package, or add "
             "its folder to PYTHONPATH), or pass a checkpoint written by this project's scripts/train.py."
         ) from error
+    refuse_non_finite(model, path)
     if data_overrides:  # checked by the data module in its own terms, and named as the user gave them
         try:
             datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
@@ -138,12 +139,22 @@ def load_weights(model: LightningModule, path: str | Path, resuming: bool = Fals
         raise CheckpointError(
             f"{path} holds the weights of another network than this run's {type(model.net).__name__}{advice}"
         ) from error
+    refuse_non_finite(model, path)
 
 
 def weights_problem(error: RuntimeError) -> str:
     """The first of torch's reasons (its first line only names the module), cut to a sentence's length."""
     lines = [line.strip().rstrip(".") for line in str(error).splitlines()[1:] if line.strip()] or [first_line(error)]
     return lines[0] if len(lines[0]) <= 160 else f"{lines[0][:157]}..."
+
+
+def refuse_non_finite(model: LightningModule, path: str | Path) -> None:
+    """Weights train.py never keeps (callbacks.EpochHistory stops a diverged run first): an edited or foreign file."""
+    if not all(weights.isfinite().all() for weights in model.net.state_dict().values() if weights.is_floating_point()):
+        raise CheckpointError(
+            f"{path} holds weights that are not finite (NaN or infinity): the network they make gives no prediction. "
+            "Pass a checkpoint of a run that did not diverge."
+        )
 
 
 def completed_epochs(contents: dict[str, Any]) -> int:
