@@ -271,7 +271,7 @@ def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option
         ("batch_size", "batch_size: 64 in the record, 100 in the checkpoint"),
         ("seed", "seed: 7 in the record, 42 in the checkpoint"),
         ("net", "it was edited after the run started"),
-        ("unclosed", "config.yaml, line"),
+        ("unclosed", "config.yaml is the record of the run being resumed, and it is incomplete or damaged: it is"),
     ],
 )
 def test_a_resume_refuses_a_record_that_no_longer_says_how_the_run_was_trained(
@@ -351,8 +351,28 @@ def test_a_record_edited_or_cut_short_is_refused_and_the_run_left_as_it_was(clip
         ]
         assert all(flag in message for flag in listed) and "it was edited after the run started" in message, message
     else:
-        assert "is the record of the run being resumed, and it is incomplete" in message, message
+        assert "is the record of the run being resumed, and it is incomplete or damaged" in message, message
     assert record.read_text() == before and last.read_bytes() == weights and not (run / "metrics.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"garbage: [unclosed\n", "it is not valid YAML (line 2)"),
+        (b"- a list\n- of lines\n", "it holds no option: value lines"),
+        (bytes(range(256)) * 4, "it"),
+        (b"# only a comment\n", "it is empty"),
+    ],
+)
+def test_a_damaged_record_is_refused_as_the_runs_record(clipped, tmp_path, capsys, content, reason):
+    run = tmp_path / "run"
+    shutil.copytree(clipped, run)
+    (run / "config.yaml").write_bytes(content)
+    capsys.readouterr()
+    assert resume(run, "--max_epochs", "2") == 2
+    message = one_line(capsys.readouterr().err)
+    assert f"is the record of the run being resumed, and it is incomplete or damaged: {reason}" in message, message
+    assert (run / "config.yaml").read_bytes() == content and not (run / "metrics.json").exists()
 
 
 def test_a_record_without_an_option_that_an_upgrade_added_resumes(clipped, tmp_path):

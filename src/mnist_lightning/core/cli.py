@@ -294,27 +294,32 @@ def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
 
 
 def refuse_cut_record(record: str, options: list[str]) -> None:
-    """A record cut short (a full disk, a copy stopped midway) would resume with defaults for what it lost. A run
-    writes every option, in order: lacking one before the last is no cut (a record from before an upgrade)."""
-    text = Path(record).read_text(errors="replace")  # not text at all: check_config_file says so
+    """A record cut short or damaged (a full disk, a copy stopped midway) would resume with defaults for what it lost.
+    A run writes every option, in order: lacking one before the last is no cut (a record from before an upgrade)."""
+    text, reason = Path(record).read_text(errors="replace"), None
     try:
         written = yaml.safe_load(text)
-    except yaml.YAMLError:
-        written = None
-    lacks = [option for option in options if option not in written] if isinstance(written, dict) else []
-    if text.endswith("\n") and options[-1] not in lacks:
-        return
-    if options[0] in lacks and "ckpt_path" in written:  # whole, but another script's (evaluate.py's, say)
-        raise UserError(
-            f"{Path(record).parent} is not the folder of a training run ({record} is not a record of scripts/train.py, "
-            "which names every option), so there is no run to resume: pass the --output_dir of a run of train.py."
-        )
-    reason = "its last line stops mid-way" if text.strip() else "it is empty"
-    if lacks:
-        reason = f"it has no line for --{', --'.join(lacks[:4])}" + f" and {len(lacks) - 4} more" * (len(lacks) > 4)
+    except yaml.YAMLError as error:
+        mark, written = getattr(error, "problem_mark", None), None
+        reason = "it is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
+    if isinstance(written, dict):
+        lacks = [option for option in options if option not in written]
+        if text.endswith("\n") and options[-1] not in lacks:
+            return
+        if options[0] in lacks and "ckpt_path" in written:  # whole, but another script's (evaluate.py's, say)
+            raise UserError(
+                f"{Path(record).parent} is not the folder of a training run ({record} is not a record of "
+                "scripts/train.py, which names every option), so there is no run to resume: pass the --output_dir of "
+                "a run of train.py."
+            )
+        reason = "its last line stops mid-way"
+        if lacks:
+            reason = f"it has no line for --{', --'.join(lacks[:4])}" + f" and {len(lacks) - 4} more" * (len(lacks) > 4)
+    elif reason is None:
+        reason = "it is empty" if written is None else "it holds no option: value lines"
     raise UserError(
-        f"{record} is the record of the run being resumed, and it is incomplete: {reason} (a run writes every option "
-        "there). Restore it (from a backup or a copy of the run), or start a new run."
+        f"{record} is the record of the run being resumed, and it is incomplete or damaged: {reason} (a run writes "
+        "every option there). Restore it (from a backup or a copy of the run), or start a new run."
     )
 
 
