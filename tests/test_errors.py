@@ -429,6 +429,7 @@ def test_export_into_an_existing_file_is_refused_before_any_work(tmp_path, capsy
     assert export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--output_dir", str(tmp_path / "a_file")]) == 2
     err = one_line(capsys.readouterr().err)
     assert "a_file cannot be written" in err and "is not a folder" in err and "Traceback" not in err
+    assert "Pass another --output_dir" in err
 
 
 def test_print_config_checks_the_values_it_prints(capsys):

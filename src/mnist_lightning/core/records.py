@@ -86,7 +86,9 @@ def lock(folder: Path) -> None:
     except OSError as error:
         existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
         problem = f"{existing} is not a folder" if not existing.is_dir() else (error.strerror or str(error)).lower()
-        raise OutputDirError(f"The output folder {folder} cannot be written: {problem}.") from error
+        raise OutputDirError(
+            f"The output folder {folder} cannot be written: {problem}. Pass another --output_dir."
+        ) from error
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
