@@ -109,7 +109,7 @@ def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkp
 def test_two_commands_writing_one_file_do_not_mix_it(tmp_path):
     """Two predicts given one --output, say: whichever finishes last wins whole, and neither fails."""
     output = tmp_path / "predictions.csv"
-    other = f"from mnist_lightning.core.records import write_json; write_json({str(output)!r}, {{'b': 1}})"
+    other = f"from mnist_lightning.core.records import write_json; write_json({str(output)!r}, dict(b=1))"
     with replaced(output) as file:
         file.write(b"first half,")
         subprocess.run([sys.executable, "-c", other], check=True)  # another command writes it whole meanwhile
