@@ -14,6 +14,8 @@ import argparse
 import itertools
 import json
 import os
+import runpy
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ COMPILE_CACHES = "TORCHINDUCTOR_FORCE_DISABLE_CACHES"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.error = lambda message: parser.exit(2, f"Error: {message}\n")  # without argparse's usage block
     parser.add_argument("--accelerator", choices=sorted(DEVICE_FOR_ACCELERATOR), default="cpu")
     parser.add_argument("--rungs", nargs="+", choices=list(RUNGS), default=list(RUNGS), help="default: all three")
     parser.add_argument("--data_dir", default="data")
@@ -62,15 +65,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, refused before any rung starts if it cannot work."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    counts = {name: getattr(args, name) for name in ("repeats", "batch_size", "max_epochs", "val_size")}
-    for name, value in counts.items():
-        if value is not None and value < 1:
-            parser.error(f"--{name} must be at least 1, got {value}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         parser.error(f"--accelerator {args.accelerator}: PyTorch finds no CUDA GPU here; use --accelerator cpu")
+    args.deterministic, args.compile = args.deterministic == "true", args.compile == "true"
+    plain_rung = runpy.run_path(str(SCRIPTS / RUNGS["plain"]))  # its checks of the flags all rungs share
+    plain = plain_rung["parse_args"](rung_flags(args, "plain"))
     args.output_dir = args.output_dir or time.strftime("runs/compare_%Y-%m-%d_%H-%M-%S")
     if Path(args.output_dir).is_dir() and any(Path(args.output_dir).iterdir()):
         parser.error(f"{args.output_dir} holds an earlier run's files: pass a new --output_dir, or none")
+    try:  # and of the data: there (or downloaded now, once), with more training images than --val_size
+        plain_rung["mnist"](plain.data_dir, plain.val_size, plain.split_seed)
+    except (OSError, RuntimeError, ValueError) as error:  # a --val_size too large is a usage error, as on train.py
+        parser.exit(2 if isinstance(error, ValueError) else 1, f"Error: {' '.join(str(error).split())}\n")
     return args
 
 
@@ -79,7 +87,7 @@ def rung_flags(args: argparse.Namespace, rung: str) -> list[str]:
     data = "data." if rung == "trainer" else ""
     flags = [f"--{data}{name}={getattr(args, name)}" for name in DATA_FLAGS if getattr(args, name) is not None]
     flags += [f"--{name}={getattr(args, name)}" for name in SHARED_FLAGS if getattr(args, name) is not None]
-    flags += [f"--deterministic={args.deterministic}", f"--compile={args.compile}"]
+    flags += [f"--deterministic={str(args.deterministic).lower()}", f"--compile={str(args.compile).lower()}"]
     if rung == "plain":
         return [*flags, f"--device={DEVICE_FOR_ACCELERATOR[args.accelerator]}"]
     flags += [f"--accelerator={args.accelerator}", "--devices=1"]
@@ -215,5 +223,17 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(result, indent=2) if result["settings"]["json"] else format_table(result))
 
 
+def stop(signum: int, frame: object) -> None:
+    """SIGTERM, raised as Ctrl-C is: on its way out, subprocess.run kills the rung it is running (which would
+    otherwise go on training into the run folder)."""
+    raise KeyboardInterrupt(signum)
+
+
 if __name__ == "__main__":
-    main()
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        main()
+    except KeyboardInterrupt as stopped:  # a note and the shell's status for the signal (128 + its number)
+        signum = stopped.args[0] if stopped.args else signal.SIGINT
+        print("\nInterrupted." if signum == signal.SIGINT else "\nStopped by SIGTERM.", file=sys.stderr)
+        sys.exit(128 + signum)

@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,8 +24,9 @@ from torchvision.datasets import MNIST
 from mnist_lightning.model import SimpleNN
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.error = lambda message: parser.exit(2, f"Error: {message}\n")  # without argparse's usage block
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     parser.add_argument("--precision", choices=["32-true", "16-mixed", "bf16-mixed"], default="32-true")
     # The options of scripts/train.py, with its names and defaults.
@@ -44,19 +46,32 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--deterministic", **on_off, help="deterministic algorithms only")
     parser.add_argument("--compile", **on_off, help="compile the network with torch.compile")
     parser.add_argument("--float32_matmul_precision", choices=["highest", "high", "medium"], default="high")
-    args = parser.parse_args()
-    if min(args.max_epochs, args.batch_size, args.val_size) < 1:
-        parser.error("--max_epochs, --batch_size and --val_size must be at least 1")
-    if not 0 <= args.seed < 2**32 or not 0 < args.lr <= torch.finfo(torch.float32).max:
-        parser.error("--seed must be between 0 and 2**32 - 1, --lr a positive number a float32 can hold")
+    args = parser.parse_args(argv)
+    for name in ("max_epochs", "batch_size", "val_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.seed < 2**32:
+        parser.error(f"--seed must be between 0 and 2**32 - 1, got {args.seed}")
+    if not 0 < args.lr <= torch.finfo(torch.float32).max:  # false for NaN too
+        parser.error(f"--lr must be a positive number a float32 can hold, got {args.lr}")
+    args.deterministic, args.compile = args.deterministic == "true", args.compile == "true"
     return args
 
 
 def mnist(data_dir: str, val_size: int, split_seed: int) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
     """The training, validation and test sets, downloaded by torchvision unless they are there."""
+    folder = Path(data_dir, "MNIST", "raw")  # where torchvision keeps MNIST's four .gz files
+    made = [path for path in (folder, *folder.parents) if not path.exists()]  # the folders a download makes
     sets = []
     for train in (True, False):
-        raw = MNIST(data_dir, train=train, download=True)
+        try:
+            raw = MNIST(data_dir, train=train, download=True)
+        except (OSError, RuntimeError) as error:  # offline, say: no folder is left behind
+            if made:
+                shutil.rmtree(made[-1])
+            raise RuntimeError(
+                f"MNIST could not be read from {folder} nor downloaded: put its four .gz files there. {error}"
+            ) from None
         # ToTensor and Normalize with MNIST's mean and standard deviation, for all images at once.
         sets.append((raw.data.unsqueeze(1).float().div(255).sub(0.1307).div(0.3081), raw.targets))
     (images, labels), (test_images, test_labels) = sets
@@ -97,7 +112,7 @@ def main(args: argparse.Namespace) -> None:
     run_dir = Path(args.output_dir or time.strftime("runs/%Y-%m-%d_%H-%M-%S"))
     if run_dir.is_dir() and any(run_dir.iterdir()):
         raise ValueError(f"{run_dir} holds an earlier run's files: pass a new --output_dir, or none for a new folder")
-    if args.deterministic == "true":  # on a GPU, cuBLAS needs this workspace setting for deterministic results
+    if args.deterministic:  # on a GPU, cuBLAS needs this workspace setting for deterministic results
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
     torch.set_float32_matmul_precision(args.float32_matmul_precision)
@@ -110,7 +125,7 @@ def main(args: argparse.Namespace) -> None:
 
     torch.manual_seed(args.seed)  # right before the model: the same initial weights on every rung
     model = SimpleNN((1, 28, 28), 10).to(device)
-    if args.compile == "true":  # in place, so the weights keep their names; dynamic: the last batch is shorter
+    if args.compile:  # in place, so the weights keep their names; dynamic: the last batch is shorter
         model.compile(dynamic=True)
     if args.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
@@ -169,3 +184,6 @@ if __name__ == "__main__":
         main(parse_args())
     except (ImportError, OSError, RuntimeError, TypeError, ValueError) as error:  # a setting that cannot work
         sys.exit(f"Error: {' '.join(str(error).split())}")
+    except KeyboardInterrupt:  # Ctrl-C: a note and the shell's status for it (128 + SIGINT), without a traceback
+        print("\nInterrupted.", file=sys.stderr)
+        sys.exit(130)

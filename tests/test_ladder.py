@@ -9,8 +9,10 @@ import importlib.util
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,14 @@ def test_plain_and_fabric_end_bit_identical(comparison):
     assert_bit_identical(comparison, "fabric")
 
 
+def test_on_off_flags_are_recorded_as_booleans(comparison):
+    for rung in ("plain", "fabric"):
+        metrics = json.loads((comparison / f"{rung}_0" / "metrics.json").read_text())
+        assert metrics["deterministic"] is True and metrics["compile"] is False, rung
+    settings = json.loads((comparison / "compare.json").read_text())["settings"]
+    assert settings["deterministic"] is True and settings["compile"] is False
+
+
 def test_plain_fabric_and_trainer_end_bit_identical(comparison):
     assert_bit_identical(comparison, "trainer")
     assert_bit_identical(comparison, "trainer", reference="fabric")
@@ -184,8 +194,8 @@ def test_compiled_trainer_is_bit_identical_to_the_other_rungs(compiled):
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:
-    """The one line a refused run ends with, checked to be the only error and not a traceback."""
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    """The one line a refused run ends with, checked to be the only error and not a traceback or a usage block."""
+    assert result.returncode != 0 and "Traceback" not in result.stderr and "usage:" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and result.stderr.strip().endswith(errors[0]), result.stderr
     return errors[0]
@@ -195,11 +205,12 @@ def error_line(result: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
-        (["--batch_size", "0"], "--max_epochs, --batch_size and --val_size must be at least 1"),
-        (["--max_epochs", "0"], "--max_epochs, --batch_size and --val_size must be at least 1"),
-        (["--lr", "nan"], "--lr a positive number a float32 can hold"),
-        (["--lr", "1e39"], "--lr a positive number a float32 can hold"),
-        (["--seed", "-1"], "--seed must be between 0 and 2**32 - 1"),
+        (["--batch_size", "0"], "Error: --batch_size must be at least 1, got 0"),
+        (["--max_epochs", "0"], "Error: --max_epochs must be at least 1, got 0"),
+        (["--val_size", "-5"], "Error: --val_size must be at least 1, got -5"),
+        (["--lr", "nan"], "Error: --lr must be a positive number a float32 can hold, got nan"),
+        (["--lr", "1e39"], "Error: --lr must be a positive number a float32 can hold, got 1e+39"),
+        (["--seed", "-1"], "Error: --seed must be between 0 and 2**32 - 1, got -1"),
         (
             ["--optimizer", "sgd", "--lr", "1e38"],
             "Error: training diverged in epoch 0 (loss nan): use a smaller --lr",
@@ -215,6 +226,111 @@ def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, rung, flags
     result = run_script(RUNG_FILES[rung].name, *data, "--output_dir", str(run_dir), *flags)
     assert phrase in error_line(result)
     assert not run_dir.exists()
+    if ", got " in phrase or "argument" in phrase:  # refused by the parser: that line alone, status 2
+        assert result.returncode == 2 and result.stderr.strip() == error_line(result), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["--repeats", "0"], "Error: --repeats must be at least 1, got 0"),
+        (["--max_epochs", "0"], "Error: --max_epochs must be at least 1, got 0"),
+        (["--rungs", "foo"], "Error: argument --rungs: invalid choice: 'foo'"),
+        (["--lr", "nan"], "Error: --lr must be a positive number a float32 can hold, got nan"),
+        (["--seed", "-1"], "Error: --seed must be between 0 and 2**32 - 1, got -1"),
+        (["--val_size", "1200"], "Error: --val_size must be below 1200, the number of training images"),
+    ]
+    + ([] if torch.cuda.is_available() else [(["--accelerator", "gpu"], "Error: --accelerator gpu: PyTorch finds")]),
+)
+def test_compare_refuses_mistakes_in_one_line_before_making_anything(fake_mnist, tmp_path, flags, phrase):
+    """The rungs' own checks, made by compare.py before it makes its folder or starts a rung (the data's too)."""
+    data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
+    result = run_script("compare.py", *data, "--output_dir", str(tmp_path / "cb"), *flags)
+    assert result.returncode == 2 and result.stderr.strip() == error_line(result), result.stderr
+    assert phrase in error_line(result)
+    assert not (tmp_path / "cb").exists()
+
+
+@pytest.mark.parametrize("script", ["train_pytorch.py", "train_fabric.py", "compare.py"])
+def test_no_mnist_and_no_network_is_one_line_saying_where_to_put_it(tmp_path, script):
+    """--data_dir of a folder that does not exist, offline (here: through a proxy that refuses every connection)."""
+    data_dir, offline = tmp_path / "none" / "data", {"https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
+    command = [sys.executable, str(SCRIPTS / script), "--data_dir", str(data_dir), "--output_dir", str(tmp_path / "o")]
+    env = environment() | offline | {"http_proxy": offline["https_proxy"], "NO_PROXY": ""}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    where = f"Error: MNIST could not be read from {data_dir / 'MNIST' / 'raw'} nor downloaded: put its four .gz files"
+    assert result.returncode == 1 and error_line(result).startswith(where), result.stderr
+    assert "Connection refused" in error_line(result)  # what the download got
+    assert not (tmp_path / "none").exists() and not (tmp_path / "o").exists()  # no folder made, not even empty
+
+
+def start_as_from_a_shell(command: list[str]) -> subprocess.Popen:
+    """A command started as a user's shell starts it: Ctrl-C is delivered, not ignored as in a background job; its
+    own process group, which a terminal's Ctrl-C reaches as a whole."""
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment() | {"PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize("rung", ["plain", "fabric"])
+def test_ctrl_c_stops_a_rung_in_one_line(fake_mnist, tmp_path, rung):
+    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--max_epochs", "1000000"]
+    process = start_as_from_a_shell([sys.executable, str(RUNG_FILES[rung]), *flags, "--output_dir", str(tmp_path)])
+    try:
+        assert process.stdout.readline().startswith("epoch 0:")  # training
+        os.killpg(process.pid, signal.SIGINT)
+        err = process.communicate(timeout=120)[1]
+    finally:
+        process.kill()
+    assert process.returncode == 130 and err.strip().splitlines()[-1] == "Interrupted." and "Traceback" not in err, err
+
+
+def processes_naming(path: Path) -> dict[int, str]:
+    """This machine's processes whose command line names ``path``: their ids and command lines."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # a process that ended meanwhile
+            continue
+        if str(path) in line:
+            found[int(cmdline.parent.name)] = line
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes through /proc")
+@pytest.mark.parametrize(("name", "said"), [("SIGINT", "Interrupted."), ("SIGTERM", "Stopped by SIGTERM.")])
+def test_stopping_compare_stops_the_rung_it_runs(fake_mnist, tmp_path, name, said):
+    """Ctrl-C (to the terminal's whole process group) or SIGTERM (to compare.py alone, as `kill` sends it) while a
+    rung trains: one line, 130 or 143, and no rung left training into the run folder."""
+    output_dir = tmp_path / "cb"
+    flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--max_epochs", "1000000", "--rungs", "plain"]
+    flags += ["--output_dir", str(output_dir)]
+    process = start_as_from_a_shell([sys.executable, str(SCRIPTS / "compare.py"), *flags])
+    try:
+        deadline = time.monotonic() + 300
+        while not (output_dir / "plain_0" / "checkpoints" / "last.pt").exists() and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        signum = getattr(signal, name)
+        if name == "SIGINT":
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        err = process.communicate(timeout=120)[1]
+        left = processes_naming(output_dir)
+    finally:
+        process.kill()
+        for pid in processes_naming(output_dir):  # a rung compare.py left behind: not left training after the test
+            os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 128 + signum and err.strip().splitlines()[-1] == said and "Traceback" not in err, err
+    assert left == {}, left
 
 
 @pytest.mark.parametrize("rung", ["plain", "fabric"])
