@@ -208,11 +208,11 @@ def error_line(result: subprocess.CompletedProcess) -> str:
         (["--batch_size", "0"], "Error: --batch_size must be at least 1, got 0"),
         (["--max_epochs", "0"], "Error: --max_epochs must be at least 1, got 0"),
         (["--val_size", "-5"], "Error: --val_size must be at least 1, got -5"),
-        (["--lr", "nan"], "Error: --lr must be a positive number a float32 can hold, got nan"),
-        (["--lr", "1e39"], "Error: --lr must be a positive number a float32 can hold, got 1e+39"),
+        (["--lr", "nan"], "Error: --lr must be above 0 and at most 3.4e37, got nan"),
+        (["--lr", "1e38"], "Error: --lr must be above 0 and at most 3.4e37, got 1e+38"),
         (["--seed", "-1"], "Error: --seed must be between 0 and 2**32 - 1, got -1"),
         (
-            ["--optimizer", "sgd", "--lr", "1e38"],
+            ["--optimizer", "sgd", "--lr", "3.4e37"],
             "Error: training diverged in epoch 0 (loss nan): use a smaller --lr",
         ),
         (["--val_size", "1200"], "Error: --val_size must be below 1200, the number of training images"),
@@ -236,7 +236,7 @@ def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, rung, flags
         (["--repeats", "0"], "Error: --repeats must be at least 1, got 0"),
         (["--max_epochs", "0"], "Error: --max_epochs must be at least 1, got 0"),
         (["--rungs", "foo"], "Error: argument --rungs: invalid choice: 'foo'"),
-        (["--lr", "nan"], "Error: --lr must be a positive number a float32 can hold, got nan"),
+        (["--lr", "nan"], "Error: --lr must be above 0 and at most 3.4e37, got nan"),
         (["--seed", "-1"], "Error: --seed must be between 0 and 2**32 - 1, got -1"),
         (["--val_size", "1200"], "Error: --val_size must be below 1200, the number of training images"),
     ]
