@@ -54,6 +54,7 @@ from mnist_lightning.core.checkpoints import AtomicCheckpointIO, best_checkpoint
 from mnist_lightning.core.cli import build_training, parse_args
 from mnist_lightning.core.records import write_json
 from mnist_lightning.datamodule import MNISTDataModule
+from mnist_lightning.in_memory import Samples
 from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
 from mnist_lightning.optim import build_optimizer, build_schedule
@@ -150,6 +151,7 @@ DIAGNOSTIC_ROWS = [  # (name, the Trainer row changed, or None for the template;
         True,
     ),
     ("the ladder, but Lightning's default TQDMProgressBar (redrawn every batch)", 7, {"bar": "tqdm"}, True),
+    ("bare Trainer, batches read with torch's index_select (as before)", 0, {"read": "index_select"}, True),
     ("bare Trainer + 7 callbacks that override no hook (Lightning's cost per callback)", 0, {"idle": 7}, True),
     ("bare Trainer + 14 callbacks that override no hook", 0, {"idle": 14}, True),
     ("template, but self.log(loss, on_step=True, on_epoch=True, prog_bar=True) every step", None, {}, True),
@@ -291,6 +293,9 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
         callbacks.append(ThrottledBar() if features["bar"] == "throttled" else TQDMProgressBar())
     torch.manual_seed(42)
     model = MODULES[features["module"]](MNISTDataModule.input_shape, MNISTDataModule.num_classes)
+    datamodule = MNISTDataModule(args.data_dir, batch_size=args.batch_size)
+    if features.get("read") == "index_select":
+        datamodule.setup = functools.partial(setup_reading_with_index_select, datamodule.setup, datamodule)
     trainer = Trainer(
         accelerator=args.accelerator,
         devices=1,
@@ -304,8 +309,21 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
         enable_progress_bar=bool(features.get("bar")),
         enable_model_summary=bool(features.get("summary")),
     )
-    trainer.fit(model, datamodule=MNISTDataModule(args.data_dir, batch_size=args.batch_size))
+    trainer.fit(model, datamodule=datamodule)
     return clock.seconds
+
+
+class IndexSelectSamples(Samples):
+    """Samples as they read a batch before: torch's index_select, a parallel region of torch's thread pool."""
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
+        index = torch.tensor(indices)
+        return tuple(tensor.index_select(0, index) for tensor in self.tensors)
+
+
+def setup_reading_with_index_select(setup: Callable, datamodule: MNISTDataModule, stage: str | None = None) -> None:
+    setup(stage)
+    datamodule.datasets = {name: IndexSelectSamples(*data.tensors) for name, data in datamodule.datasets.items()}
 
 
 def template_epochs(variant: int, args, work: Path, profile: cProfile.Profile | None = None) -> Clocks:
@@ -389,6 +407,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls", action="store_true", help="also count Python function calls per step")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
+    parser.add_argument("--rows", nargs="+", default=None, help="only the rows whose names start so (default: all)")
     parser.add_argument("--output", default=None, help="default: results/step_cost_cpu[_threads<N>].json")
     args = parser.parse_args()
     if args.threads:
@@ -396,6 +415,9 @@ def main() -> None:
     suffix = f"_threads{args.threads}" if args.threads else ""
     args.output = args.output or str(RESULTS / f"step_cost_{args.accelerator}{suffix}.json")
     rows = configurations()
+    if args.rows:  # the plain and bare-Trainer rows stay: every ratio is to them
+        keep = (PLAIN_ROW, TRAINER_ROWS[0][0])
+        rows = {name: row for name, row in rows.items() if name in keep or name.startswith(tuple(args.rows))}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     load_before = os.getloadavg()
     for repeat in range(args.repeats):
@@ -420,6 +442,7 @@ def main() -> None:
             "cpu_ratio_to_bare_trainer": cpu / bare[1],
             "cpu_step_us": 1e6 * cpu / steps,
             "cpu_extra_us_per_step": 1e6 * (cpu - plain[1]) / steps,
+            "cpu_per_wall": cpu / wall,  # busy threads on average: 1.0 is one core
             "runs": {"wall": walls, "cpu": cpus},
         }
     if args.calls:
@@ -446,15 +469,16 @@ def markdown(result: dict) -> str:
         f"{result['torch_threads']} torch thread(s), median of {result['repeats']} alternated repeats",
         "",
         "| configuration | epoch, training batches (s) | / plain | / bare Trainer | extra µs per step | "
-        "CPU µs per step | extra CPU µs per step | CPU / bare Trainer |"
+        "CPU µs per step | extra CPU µs per step | CPU / plain | CPU / bare Trainer | CPU / wall |"
         + (" Python calls per step |" if calls else ""),
-        "|---|---|---|---|---|---|---|---|" + ("---|" if calls else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if calls else ""),
     ]
     for name, row in result["rows"].items():
         lines.append(
             f"| {name} | {row['epoch_seconds']:.3f} | {row['ratio_to_plain']:.2f}x | "
             f"{row['ratio_to_bare_trainer']:.2f}x | {row['extra_us_per_step']:+.0f} | {row['cpu_step_us']:.0f} | "
-            f"{row['cpu_extra_us_per_step']:+.0f} | {row['cpu_ratio_to_bare_trainer']:.2f}x |"
+            f"{row['cpu_extra_us_per_step']:+.0f} | {row['cpu_ratio_to_plain']:.2f}x | "
+            f"{row['cpu_ratio_to_bare_trainer']:.2f}x | {row['cpu_per_wall']:.1f} |"
             + (f" {row['calls']:.0f} |" if calls else "")
         )
     return "\n".join(lines)

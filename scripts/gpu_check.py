@@ -5,10 +5,11 @@
     python scripts/gpu_check.py --data_dir data          # on a machine with a CUDA GPU (make gpu-check)
     python scripts/gpu_check.py --cpu --data_dir data    # anywhere: the same steps on the CPU (make gpu-check-cpu)
 
-Each step is a fresh process: the devices report; train.py on one GPU in 32-true, 16-mixed and bf16-mixed
-precision; where the project has them, the Fabric and plain-PyTorch rungs and compare.py (the rungs' parity); the tests
-marked gpu; evaluate, predict and export on a GPU-trained checkpoint. With --cpu the same code paths run on the
-CPU, and what needs CUDA (16-bit mixed precision, the gpu tests) is reported as skipped, with the reason.
+Each step is a fresh process: the devices report; train.py on one GPU, as a user types it; where the project has
+them, compare.py (the plain-PyTorch, Fabric and Trainer rungs on the GPU, and their parity); the tests marked gpu
+(mixed precision, host syncs, compiled parity, ...: in one process, as far as they can); evaluate, predict and export
+on the GPU-trained checkpoint. Sized for the few minutes a GPU is lent: each process spends most of its time
+importing. With --cpu the same steps run on the CPU (the gpu tests are then collected and skipped).
 """
 
 import argparse
@@ -93,13 +94,12 @@ class Check:
     def training_flags(self, run: str, trainer: bool = False) -> list[str]:
         return [*self.data_flags(trainer), "--output_dir", str(self.work / run)]
 
-    def trained(self, run: str, precision: str | None = None):
-        """A check of a training run's metrics.json: on the right device, in the right precision, trained."""
+    def trained(self, run: str):
+        """A check of a training run's metrics.json: on the right device, trained."""
 
         def check(output: str) -> str:
             metrics = json.loads((self.work / run / "metrics.json").read_text())
             assert metrics["accelerator"] == ("cuda" if self.gpu else "cpu"), f"ran on {metrics['accelerator']}"
-            assert precision is None or metrics["precision"] == precision, f"precision {metrics['precision']}"
             accuracy = metrics["test/acc"]
             assert accuracy >= self.args.min_acc, f"test accuracy {accuracy:.4f}, below --min_acc {self.args.min_acc}"
             epoch = min(row["seconds"] for row in metrics["history"])
@@ -109,14 +109,6 @@ class Check:
             )
 
         return check
-
-
-def precisions(gpu: bool) -> dict[str, str | None]:
-    """Each precision to try, with the reason it is skipped here (None: run it)."""
-    if not gpu:
-        return {"32-true": None, "16-mixed": "16-bit mixed precision needs CUDA", "bf16-mixed": None}
-    bf16 = None if torch.cuda.is_bf16_supported() else "this GPU has no bfloat16 support"
-    return {"32-true": None, "16-mixed": None, "bf16-mixed": bf16}
 
 
 def pytest_summary(output: str) -> str:
@@ -138,23 +130,13 @@ def parity(compare_dir: Path) -> str:
 
 
 def ladder(check: Check) -> None:
-    """The Fabric and plain-PyTorch rungs, and compare.py's parity of the three, plain and compiled."""
-    acc, device = check.accelerator, "cuda" if check.gpu else "cpu"
-    for precision in ("32-true", "16-mixed" if check.gpu else "bf16-mixed"):
-        run = f"fabric_{precision}"
-        flags = [*check.training_flags(run), "--accelerator", acc, "--devices", "1", "--precision", precision]
-        name = f"train_fabric.py --accelerator {acc} --devices 1 --precision {precision}"
-        check.run(name, script("train_fabric.py", *flags), check.trained(run, precision))
-    flags = [*check.training_flags("plain"), "--device", device]
-    check.run(f"train_pytorch.py --device {device}", script("train_pytorch.py", *flags), check.trained("plain"))
-    flags = ["--accelerator", acc, *check.data_flags()]
-    compare = script("compare.py", *flags, "--output_dir", str(check.work / "compare"))
-    check.run(f"compare.py --accelerator {acc}", compare, lambda output: parity(check.work / "compare"))
-    # Compiled parity: on a GPU, twice, so that a gap that changes from run to run shows as one.
-    repeats = "2" if check.gpu else "1"
-    compiled = [*flags, "--compile", "true", "--repeats", repeats, "--output_dir", str(check.work / "compiled")]
-    name = f"compare.py --accelerator {acc} --compile true --repeats {repeats}"
-    check.run(name, script("compare.py", *compiled), lambda output: parity(check.work / "compiled"))
+    """compare.py: the three rungs on the device, and their parity (compiled: a gpu test)."""
+    flags = ["--accelerator", check.accelerator, *check.data_flags(), "--output_dir", str(check.work / "compare")]
+    check.run(
+        f"compare.py --accelerator {check.accelerator}",
+        script("compare.py", *flags),
+        lambda output: parity(check.work / "compare"),
+    )
 
 
 # end with_ladder
@@ -197,24 +179,18 @@ def gpu_check(args: argparse.Namespace) -> None:
         check = Check(args, Path(tmp))
         acc = check.accelerator
         check.run("devices.py", script("devices.py"), lambda out: out.strip().splitlines()[-1])
-        for precision, reason in precisions(check.gpu).items():
-            name = f"train.py --accelerator {acc} --devices 1 --precision {precision}"
-            if reason:
-                check.skip(name, reason)
-                continue
-            run = f"train_{precision}"
-            flags = [*check.training_flags(run, trainer=True), "--accelerator", acc, "--devices", "1"]
-            flags += ["--precision", precision, "--enable_progress_bar", "false"]
-            check.run(name, script("train.py", *flags), check.trained(run, precision))
+        flags = [*check.training_flags("train", trainer=True), "--accelerator", acc, "--devices", "1"]
+        train = script("train.py", *flags, "--enable_progress_bar", "false")
+        check.run(f"train.py --accelerator {acc} --devices 1", train, check.trained("train"))
         ladder(check)  # only with_ladder
         pytest = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", str(ROOT / "tests")]
         name = "pytest -m gpu" + ("" if check.gpu else " (collected; each test skips without CUDA)")
         check.run(name, pytest, pytest_summary)
-        checkpoints = sorted((check.work / "train_32-true" / "checkpoints").glob("best-*.ckpt"))
+        checkpoints = sorted((check.work / "train" / "checkpoints").glob("best-*.ckpt"))
         if checkpoints:
             use_checkpoint(check, str(checkpoints[0]), args.data_dir)
         else:
-            check.skip("evaluate / predict / export", "no checkpoint: the 32-true training run failed")
+            check.skip("evaluate / predict / export", "no checkpoint: the training run failed")
     failed = [step["step"] for step in check.steps if step["status"] == "failed"]
     machine = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__}
     machine |= {"cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name() if check.gpu else None}

@@ -54,9 +54,18 @@ def test_main_returns_zero_and_prints_a_summary(fake_mnist, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "flags", [[], ["--precision", "bf16-mixed", "--log_every_n_steps", "50"], ["--precision", "bf16"]]
+    ("flags", "cores"),
+    [
+        ([], None),
+        ([], 16),  # Lightning's warnings that count cores (num_workers) show on big machines only
+        (["--precision", "bf16-mixed", "--log_every_n_steps", "50"], None),
+        (["--precision", "bf16"], None),
+    ],
 )
-def test_a_normal_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_path, capfd, flags):
+def test_a_normal_run_prints_nothing_that_looks_like_an_error(fake_mnist, tmp_path, capfd, monkeypatch, flags, cores):
+    if cores:
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     with warnings.catch_warnings(record=True) as shown:  # what a terminal would show (pytest keeps them)
         warnings.simplefilter("always")
         assert main(["--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN, *flags]) == 0

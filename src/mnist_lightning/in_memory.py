@@ -1,6 +1,7 @@
 """Data held in memory as tensors: read a whole batch at a time, shuffled in an order a resumed run repeats."""
 
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -31,6 +32,9 @@ class InMemoryDataModule(LightningDataModule):
     predict_dataloader = test_dataloader
 
     def _loader(self, split: str, sampler: Sampler | None = None) -> DataLoader:
+        # Worker processes would only copy batches already in memory: Lightning's advice to add some counts cores,
+        # not data, and is silenced as its docs say (advanced/warnings), as Lightning asks for this loader.
+        warnings.filterwarnings("ignore", ".*Consider increasing the value of the `num_workers` argument*")
         workers = self.hparams.num_workers  # collate_fn: Samples gives whole batches
         options = {"collate_fn": tuple, "num_workers": workers, "persistent_workers": workers > 0}
         return DataLoader(self.datasets[split], self.hparams.batch_size, sampler=sampler, **options)
@@ -46,8 +50,9 @@ class Samples(TensorDataset):
     Python call per sample; its batches come stacked (its DataLoader takes ``collate_fn=tuple``)."""
 
     def __getitems__(self, indices: list[int]) -> tuple[Tensor, ...]:
-        index = torch.from_numpy(np.fromiter(indices, np.int64, len(indices)))  # torch.tensor(list) is slower
-        return tuple(tensor.index_select(0, index) for tensor in self.tensors)
+        index = np.fromiter(indices, np.int64, len(indices))  # torch.tensor(list) is slower
+        # numpy's indexing, not torch's: torch's is a parallel region whose idle OpenMP threads then spin on every core
+        return tuple(torch.from_numpy(tensor.numpy()[index]) for tensor in self.tensors)
 
 
 class EpochShuffle(Sampler[int]):

@@ -56,7 +56,9 @@ class Classifier(LightningModule):
     def example_input_array(self) -> Tensor:  # the model summary's, in the weights' dtype (--precision 16-true)
         return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
-    def configure_model(self) -> None:
+    def on_train_start(self) -> None:
+        # Compiled here, after the sanity check and the model summary: compiled by their inference-mode calls first,
+        # the training code differed in the last bits from a loop that trains first (the ladder's rungs, on a GPU).
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
             self.net.compile(dynamic=True)  # in place: same checkpoint keys; dynamic: one code for all batch sizes
 
