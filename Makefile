@@ -10,7 +10,10 @@ BIN := $(VENV)/bin
 # suite against them in a venv of its own.
 LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.43.0"
 
-.PHONY: install train test test-all test-lowest lint format clean gpu-check gpu-check-cpu
+# The branch of the template's repository that cruft reads (.cruft.json records the template and the commit baked).
+TEMPLATE_BRANCH ?= template
+
+.PHONY: install train test test-all test-lowest lint format clean gpu-check gpu-check-cpu update-template check-template
 
 install: $(VENV)/.installed
 
@@ -48,6 +51,21 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The template's changes since this project's commit of it, merged into your files with the answers in .cruft.json
+# (cruft update; commit your work first). Where you changed the same lines, git's conflict markers: cruft still
+# exits 0 then, so the check after it names the files and fails.
+update-template: install
+	$(BIN)/cruft update --checkout $(TEMPLATE_BRANCH) --skip-apply-ask
+	@conflicts="$$(git diff --name-only --diff-filter=U | paste -sd ' ' -)"; if [ -n "$$conflicts" ]; then \
+		echo "The template changed lines that you changed too, in $$conflicts: git's conflict markers" \
+			"(<<<<<<<) show both versions there. Keep what you want, remove the markers, then git add and commit." >&2; \
+		exit 1; \
+	fi
+
+# Whether the template has changes that this project lacks (CI warns when it has).
+check-template: install
+	$(BIN)/cruft check --checkout $(TEMPLATE_BRANCH)
 
 clean:
 	rm -rf $(VENV) $(VENV)-lowest .pytest_cache .ruff_cache src/*.egg-info

@@ -15,6 +15,7 @@ NAME_LENGTH = int("{{ cookiecutter.project_name | trim | length }}")
 DEPENDENCIES = {"torch", "torchvision", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities"}
 DEPENDENCIES |= {"torchmetrics", "jsonargparse", "yaml", "numpy", "PIL", "onnx", "onnxscript", "onnxruntime"}
 DEPENDENCIES |= {"tensorboard", "matplotlib", "pytest", "cookiecutter", "setuptools", "pip", "typing_extensions"}
+DEPENDENCIES |= {"cruft", "git", "typer", "click"}  # the dev extra's cruft (make update-template) and what it imports
 # What slugify leaves unchanged: a valid distribution name and a folder that stays in the output folder.
 SLUG_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 

@@ -4,8 +4,9 @@ cookiecutter runs this hook in its own temporary copy of the repo, before it ask
 copies the project files into ``{{cookiecutter.project_slug|slugify}}/``, renames the package folder, and puts a
 placeholder wherever the project's name, slug, package, description or author stands. Anything that already
 looks like Jinja (a GitHub Actions ``${{ ... }}``) is wrapped in ``{% raw %}`` so it comes through unchanged.
-Template machinery (cookiecutter.json, hooks/, .ci/, tests/test_template.py) is not copied, and the project's
-README.md is hooks/README.project.md (a Jinja template of its own): this repo's README describes the template.
+Template machinery (cookiecutter.json, hooks/, .ci/, the template's tests and workflow) is not copied, and the
+project's README.md is hooks/README.project.md (a Jinja template of its own): this repo's README describes the
+template.
 A line ``<!-- README.md section: ### Some heading -->`` there is replaced by that section of this repo's README
 (up to the next heading of its level or above), so that text has one source.
 
@@ -42,7 +43,8 @@ from typing import NoReturn
 TARGET = Path("{{cookiecutter.project_slug|slugify or 'unnamed-project'}}")
 PROJECT = [".github", ".gitignore", "Makefile", "benchmarks", "configs", "pyproject.toml", "scripts", "src", "tests"]
 PROJECT_README = Path("hooks/README.project.md")  # the generated project's README.md, already a Jinja template
-TEMPLATE_ONLY = {Path("tests/test_template.py")}
+TEMPLATE_ONLY = {Path("tests/test_template.py"), Path("tests/test_template_update.py")}
+TEMPLATE_ONLY |= {Path(".github/workflows/template.yml")}  # publishes the template branch that cruft reads
 # What .gitignore ignores is never copied: a checkout that was used (pip install -e, tests) holds an egg-info, caches
 # and runs that are not the project. Patterns are matched against each part of a path, as git does for a pattern
 # without a slash inside it (all of this repo's).
