@@ -3,6 +3,7 @@
 
 import importlib.util
 import os
+import signal
 import sys
 import time
 import traceback
@@ -23,7 +24,7 @@ from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import TERMINATED, UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
-from .workarounds import lightning_notes_ignored
+from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
 class NothingTrainedError(Exception):
@@ -142,6 +143,7 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     job: Training | None = None
+    sigterm_to_stop_together()
 
     def run() -> None:
         nonlocal job
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as stop:  # how Lightning ends a Trainer call stopped by SIGTERM, or by Ctrl-C (exit 1)
             if isinstance(stop, SIGTERMException):
                 raise SystemExit(TERMINATED) from stop
+            if stop.code == TERMINATED and job and job.trainer.strategy.launcher:
+                # Stopped at once, outside the fit: the processes Lightning started for DDP would wait for this one.
+                job.trainer.strategy.launcher.kill(signal.SIGTERM)
             if stop.code != TERMINATED and job and job.trainer.interrupted:
                 raise KeyboardInterrupt from stop
             raise
