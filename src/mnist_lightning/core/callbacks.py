@@ -127,7 +127,7 @@ class EpochHistory(Callback):
 class StopTogether(Callback):
     """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
     agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
-    their next collective. Lightning's handler hands the signal over (workarounds.sigterm_to_stop_together)."""
+    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together)."""
 
     def __init__(self) -> None:
         self.received = False

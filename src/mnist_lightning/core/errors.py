@@ -69,7 +69,7 @@ def run_main(
 ) -> int:
     """Run an entry point: a UserError, or one of ``user_errors``, becomes a paragraph on stderr and its exit status
     (``exit_code``, else 2). SIGTERM stops it as Ctrl-C does: through every clean-up (``finally``), then status 143,
-    ``where()`` said if given; except while ``stops_itself()``: a fit, which Lightning stops after its batch."""
+    ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch."""
     apply_workarounds()
 
     stopping = False
@@ -79,10 +79,7 @@ def run_main(
         if stopping:  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
             return
         stopping = True
-        # Lightning's handler (which calls this one) is installed only once a fit's setup is done: before, the signal
-        # would be lost (Lightning resets what it noted when it installs its handler).
-        lightning_handles_it = signal.getsignal(signal.SIGTERM) is not on_sigterm
-        if not (stops_itself() and lightning_handles_it):
+        if not stops_itself():
             sys.exit(TERMINATED)
 
     # Not over a handler of the caller's, nor from another thread, where Python cannot set one.

@@ -19,7 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ..lightning_module import Classifier
-from .callbacks import EpochHistory
+from .callbacks import EpochHistory, StopTogether
 from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import TERMINATED, UserError, WriteError, run_main
@@ -169,11 +169,17 @@ def main(argv: list[str] | None = None) -> int:
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
             raise
 
-    def fitting() -> bool:
+    def stops_itself() -> bool:  # on SIGTERM: whether the fit stops after a batch, having noted it
         state = job.trainer.state if job else None
-        return bool(state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING)
+        if not (state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING):
+            return False
+        if job.trainer.world_size > 1:  # from the fit's start: the other processes are started, or joining
+            next(c for c in job.trainer.callbacks if isinstance(c, StopTogether)).received = True
+            return True
+        # Noted by Lightning's handler, which calls this one; it is installed only once the fit's setup is done.
+        return job.trainer.received_sigterm
 
-    return run_main(run, (*USER_ERRORS, NothingTrainedError), fitting, lambda: where_the_run_stands(job))
+    return run_main(run, (*USER_ERRORS, NothingTrainedError), stops_itself, lambda: where_the_run_stands(job))
 
 
 def where_the_run_stands(training: Training | None) -> str:

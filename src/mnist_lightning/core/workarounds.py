@@ -29,20 +29,16 @@ def sigterm_to_stop_together() -> None:
     """Under DDP, Lightning 2.6's SIGTERM handler broadcasts from within the handler (its PR #20825; run again by a
     second SIGTERM, or by the signal Lightning passes on to the other processes, it waits forever for a broadcast
     no other process makes), and each process then stops after its own batch, leaving the others waiting for it
-    in their next collective (Lightning issue #20806). Here the handler only notes the signal: under DDP for
-    callbacks.StopTogether, which stops every process after the same batch. Can go once Lightning does that."""
+    in their next collective (Lightning issue #20806). Here the handler only notes the signal, and under DDP leaves
+    it to train.py's, which notes it for callbacks.StopTogether: every process stops after the same batch. Can go
+    once Lightning does that."""
     from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 
     _SignalConnector._sigterm_notifier_fn = _note_sigterm
 
 
 def _note_sigterm(connector: Any, signum: int, frame: object) -> None:
-    from .callbacks import StopTogether  # here: this module is imported before Lightning
-
-    stop = next((c for c in connector.trainer.callbacks if isinstance(c, StopTogether)), None)
-    if stop and connector.trainer.world_size > 1:
-        stop.received = True
-    else:
+    if connector.trainer.world_size == 1:
         connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
 
