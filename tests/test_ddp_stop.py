@@ -1,7 +1,7 @@
 """SIGTERM to a two-process DDP run (gloo on the CPU), as a scheduler sends it: to the whole process group or to the
-main process only, once or twice, at a random moment of the fit. Every process must end within seconds with exit
-143, the run saying once how to resume it and no process a traceback, the run folder free; the resumed run must
-end as one never stopped."""
+main process only, once or twice, at a random moment of the fit (or of its setup). Every process must end within
+seconds with exit 143, the run saying once how to resume it and no process a traceback, the run folder free; the
+resumed run must end as one never stopped."""
 
 import contextlib
 import fcntl
@@ -24,6 +24,7 @@ pytestmark = [
 
 EPOCHS = 10
 TRIES = 10  # Lightning 2.6 alone fails one stop in three or more: (2/3)**10 < 2 %
+SETUP = 2  # more tries, as the other process joins the fit (before Lightning's own SIGTERM handling)
 CHECKED = {0, 7}  # the tries resumed to the end and compared with an uninterrupted run
 
 
@@ -69,20 +70,22 @@ def test_sigterm_stops_every_process_together_and_the_run_resumes_exactly(flags,
     whole = tmp_path / "whole"
     assert train(flags, whole).wait(timeout=300) == 0
     rng = random.Random(20806)
-    for attempt in range(TRIES):
+    for attempt in range(TRIES + SETUP):
         to_group, twice, moment = attempt % 2 == 0, attempt % 4 >= 2, rng.uniform(0.5, 4.0)
         what = f"try {attempt}: SIGTERM to the {'group' if to_group else 'main process'}{' twice' * twice}"
-        what += f", {moment:.2f} epochs after the first"
+        what += f", {moment:.2f} epochs after the first" if attempt < TRIES else ", as the fit sets up"
+        waited = "Epoch 1/" if attempt < TRIES else "Initializing distributed: GLOBAL_RANK: 1"
         run = tmp_path / f"run{attempt}"
         process = train(flags, run)
         try:
             output = ""
             for line in process.stdout:
                 output += line
-                if line.startswith("Epoch 1/"):  # "Epoch 1/10: train/loss ..., 0.4 s"
+                if line.startswith(waited):  # "Epoch 1/10: train/loss ..., 0.4 s"
                     break
             assert process.poll() is None, f"{what}: ended first:\n{output[-3000:]}"
-            time.sleep(moment * max(float(line.split()[-2]), 0.1))  # mid-fit, however fast this machine
+            if attempt < TRIES:
+                time.sleep(moment * max(float(line.split()[-2]), 0.1))  # mid-fit, however fast this machine
             for _ in range(1 + twice):
                 (os.killpg if to_group else os.kill)(process.pid, signal.SIGTERM)
                 time.sleep(rng.uniform(0.0, 0.3))
@@ -99,8 +102,9 @@ def test_sigterm_stops_every_process_together_and_the_run_resumes_exactly(flags,
                 os.killpg(process.pid, signal.SIGKILL)
         assert process.returncode == 143, f"{what}: exit {process.returncode}\n{output[-3000:]}"
         assert output.count("Stopped by SIGTERM") == 1, f"{what}:\n{output[-3000:]}"
-        assert "Traceback" not in output and "[rank1]" not in output, f"{what}:\n{output[-3000:]}"
-        assert folder_free(run), what
+        for failure in ("Traceback", "[rank1]", "Exception"):  # Python's, torch's for a rank, its C++ layer's
+            assert failure not in output, f"{what}:\n{output[-3000:]}"
+        assert not run.exists() or folder_free(run), what  # a new run stopped before its first epoch leaves none
         if attempt in CHECKED:
             resume = start(RESUME_LINE.findall(output)[-1])
             _, stderr = resume.communicate(timeout=300)
