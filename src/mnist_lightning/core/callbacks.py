@@ -1,5 +1,5 @@
 """Callbacks of every training run: first batches checked, the per-epoch history (which stops a diverged run),
-``--max_time`` per epoch, and the progress display."""
+``--max_time`` per epoch, SIGTERM under DDP, and the progress display."""
 
 import math
 import os
@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .checks import check_batch
 from .errors import UserError
@@ -121,6 +122,22 @@ class EpochHistory(Callback):
         self.first_step = checkpoint.get("global_step", 0)
         if "random_states" in checkpoint:
             set_random_states(checkpoint["random_states"])
+
+
+class StopTogether(Callback):
+    """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
+    agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
+    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together)."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(self.received, all=False):
+            raise SIGTERMException  # how Lightning stops a fit on SIGTERM
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:  # one that came after the last batch
+        self.on_train_batch_end(trainer)
 
 
 def random_states() -> dict:

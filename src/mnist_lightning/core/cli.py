@@ -34,7 +34,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..lightning_module import Classifier
 from ..model import MATMUL_HELP
-from .callbacks import BatchCheck, DivergedError, EpochHistory, EpochTimer, progress_display
+from .callbacks import BatchCheck, DivergedError, EpochHistory, EpochTimer, StopTogether, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -645,7 +645,7 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool) -> Logger | l
 
 def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: dict) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
-    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings)]
+    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings), StopTogether()]
     if config.max_time is not None:
         callbacks.append(EpochTimer(config.max_time))
     if logger:

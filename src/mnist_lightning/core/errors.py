@@ -53,6 +53,14 @@ def print_error(message: str) -> None:
     print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
 
 
+def reports_for_the_run() -> bool:
+    """Whether this process reports a stop: of a distributed run's processes, only the first (rank 0) does."""
+    # Where Lightning keeps the rank it sets; light to import, for the entry points that do not import Lightning.
+    from lightning_utilities.core.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
 def run_main(
     main: Callable[[], object],
     user_errors: tuple[type[Exception], ...] = (),
@@ -61,14 +69,17 @@ def run_main(
 ) -> int:
     """Run an entry point: a UserError, or one of ``user_errors``, becomes a paragraph on stderr and its exit status
     (``exit_code``, else 2). SIGTERM stops it as Ctrl-C does: through every clean-up (``finally``), then status 143,
-    ``where()`` said if given; except while ``stops_itself()``: a fit, which Lightning stops after its batch."""
+    ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch."""
     apply_workarounds()
 
+    stopping = False
+
     def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
-        # Lightning's handler (which calls this one) is installed only once a fit's setup is done: before, the signal
-        # would be lost (Lightning resets what it noted when it installs its handler).
-        lightning_handles_it = signal.getsignal(signal.SIGTERM) is not on_sigterm
-        if not (stops_itself() and lightning_handles_it):
+        nonlocal stopping
+        if stopping:  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
+            return
+        stopping = True
+        if not stops_itself():
             sys.exit(TERMINATED)
 
     # Not over a handler of the caller's, nor from another thread, where Python cannot set one.
@@ -85,12 +96,14 @@ def run_main(
         print_error(str(error))
         return getattr(error, "exit_code", USAGE_ERROR)
     except KeyboardInterrupt:
-        print(f"\nStopped by Ctrl-C: {where()}" if where else "\nInterrupted.", file=sys.stderr)
+        if reports_for_the_run():
+            print(f"\nStopped by Ctrl-C: {where()}" if where else "\nInterrupted.", file=sys.stderr)
         return INTERRUPTED
     except SystemExit as stop:
         if stop.code != TERMINATED:
             raise
-        print(f"\nStopped by SIGTERM: {where()}" if where else "\nStopped by SIGTERM.", file=sys.stderr)
+        if reports_for_the_run():
+            print(f"\nStopped by SIGTERM: {where()}" if where else "\nStopped by SIGTERM.", file=sys.stderr)
         return TERMINATED
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit

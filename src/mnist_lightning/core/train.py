@@ -3,6 +3,7 @@
 
 import importlib.util
 import os
+import signal
 import sys
 import time
 import traceback
@@ -18,12 +19,12 @@ from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ..lightning_module import Classifier
-from .callbacks import EpochHistory
+from .callbacks import EpochHistory, StopTogether
 from .checks import check_tested, data_module_errors
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import TERMINATED, UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
-from .workarounds import lightning_notes_ignored
+from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
 class NothingTrainedError(Exception):
@@ -142,6 +143,7 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     job: Training | None = None
+    sigterm_to_stop_together()
 
     def run() -> None:
         nonlocal job
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as stop:  # how Lightning ends a Trainer call stopped by SIGTERM, or by Ctrl-C (exit 1)
             if isinstance(stop, SIGTERMException):
                 raise SystemExit(TERMINATED) from stop
+            if stop.code == TERMINATED and job and job.trainer.strategy.launcher:
+                # Stopped at once, outside the fit: the processes Lightning started for DDP would wait for this one.
+                job.trainer.strategy.launcher.kill(signal.SIGTERM)
             if stop.code != TERMINATED and job and job.trainer.interrupted:
                 raise KeyboardInterrupt from stop
             raise
@@ -164,11 +169,17 @@ def main(argv: list[str] | None = None) -> int:
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
             raise
 
-    def fitting() -> bool:
+    def stops_itself() -> bool:  # on SIGTERM: whether the fit stops after a batch, having noted it
         state = job.trainer.state if job else None
-        return bool(state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING)
+        if not (state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING):
+            return False
+        if job.trainer.world_size > 1:  # from the fit's start: the other processes are started, or joining
+            next(c for c in job.trainer.callbacks if isinstance(c, StopTogether)).received = True
+            return True
+        # Noted by Lightning's handler, which calls this one; it is installed only once the fit's setup is done.
+        return job.trainer.received_sigterm
 
-    return run_main(run, (*USER_ERRORS, NothingTrainedError), fitting, lambda: where_the_run_stands(job))
+    return run_main(run, (*USER_ERRORS, NothingTrainedError), stops_itself, lambda: where_the_run_stands(job))
 
 
 def where_the_run_stands(training: Training | None) -> str:

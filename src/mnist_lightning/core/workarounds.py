@@ -5,6 +5,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 # Log lines dropped by their start (each can go once its library drops it): Lightning 2.6's advertisement ("💡 Tip:
 # ... litlogger") in every run, and its advice to set what --float32_matmul_precision sets and records; torch 2.14's
@@ -22,6 +23,23 @@ def apply_workarounds() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero", CPP_EXTENSION):
         logging.getLogger(name).addFilter(not_noise)  # once: addFilter skips a filter that is already there
+
+
+def sigterm_to_stop_together() -> None:
+    """Under DDP, Lightning 2.6's SIGTERM handler broadcasts from within the handler (its PR #20825; run again by a
+    second SIGTERM, or by the signal Lightning passes on to the other processes, it waits forever for a broadcast
+    no other process makes), and each process then stops after its own batch, leaving the others waiting for it
+    in their next collective (Lightning issue #20806). Here the handler only notes the signal, and under DDP leaves
+    it to train.py's, which notes it for callbacks.StopTogether: every process stops after the same batch. Can go
+    once Lightning does that."""
+    from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
+
+    _SignalConnector._sigterm_notifier_fn = _note_sigterm
+
+
+def _note_sigterm(connector: Any, signum: int, frame: object) -> None:
+    if connector.trainer.world_size == 1:
+        connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
 
 @contextmanager
