@@ -8,8 +8,8 @@ import contextlib
 import importlib
 import json
 import os
-import runpy
-import sys
+import runpy  # only with_ladder
+import sys  # only with_ladder
 import time
 import warnings
 from pathlib import Path

@@ -127,13 +127,14 @@ class EpochHistory(Callback):
 class StopTogether(Callback):
     """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
     agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
-    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together)."""
+    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together);
+    cli.build_trainer adds it to distributed runs only."""
 
     def __init__(self) -> None:
         self.received = False
 
     def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
-        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(self.received, all=False):
+        if trainer.strategy.reduce_boolean_decision(self.received, all=False):
             raise SIGTERMException  # how Lightning stops a fit on SIGTERM
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:  # one that came after the last batch

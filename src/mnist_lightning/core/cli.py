@@ -645,7 +645,7 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool) -> Logger | l
 
 def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: dict) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
-    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings), StopTogether()]
+    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings)]
     if config.max_time is not None:
         callbacks.append(EpochTimer(config.max_time))
     if logger:
@@ -664,7 +664,10 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: di
         settings |= {"enable_progress_bar": False, "enable_model_summary": False}
     if settings["enable_progress_bar"] is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_display())
-    return make_trainer("train.py", default_root_dir=run_dir, **settings)
+    trainer = make_trainer("train.py", default_root_dir=run_dir, **settings)
+    if trainer.world_size > 1:  # only where there are processes to agree: Lightning calls every callback every step
+        trainer.callbacks.append(StopTogether())
+    return trainer
 
 
 def make_trainer(script: str, **settings: Any) -> Trainer:
