@@ -20,13 +20,13 @@ import tempfile
 from pathlib import Path
 
 import cruft
-from cookiecutter.main import cookiecutter
+from cruft.exceptions import CruftError
 
 STATE = Path(".cruft.json")
 NO_STATE = (
     "Error: there is no .cruft.json here, the record of the template's commit and of your answers that an update "
     "needs. A project made with `cruft create` has one (commit it); README.md (Updating from the template) says how "
-    "to link a project made with plain cookiecutter. The template's own repository has none: it is the template."
+    "to link a project made without cruft. The template's own repository has none: it is the template."
 )
 
 
@@ -40,23 +40,18 @@ def git(*args: str, **options) -> str:
 def store_merge_base(state: dict) -> None:
     """Write the files of the template at the recorded commit, baked with the recorded answers, into git's objects:
     the base that ``git apply -3`` looks up by the ids in cruft's diff."""
-    answers = {key: value for key, value in state["context"]["cookiecutter"].items() if not key.startswith("_")}
+    (context,) = state["context"].values()  # the answers, under the name of the tool that asked them
+    # As cruft update bakes it: without the private keys (the template's URL, its commit...), which are not answers.
+    answers = {key: value for key, value in context.items() if not key.startswith("_")}
     with tempfile.TemporaryDirectory() as temporary:
-        clone = Path(temporary, "template")
-        git("clone", "--quiet", "--no-checkout", state["template"], str(clone))
-        git("checkout", "--quiet", state["commit"], cwd=clone)
-        # cookiecutter's replay and clone folders stay in here, not in the user's home (JSON is YAML).
-        config = Path(temporary, "config.yaml")
-        config.write_text(json.dumps({"replay_dir": f"{temporary}/replay", "cookiecutters_dir": f"{temporary}/cc"}))
-        baked = cookiecutter(
-            str(clone),
-            no_input=True,
+        baked = cruft.create(
+            state["template"],
+            Path(temporary),
+            checkout=state["commit"],
             extra_context=answers,
-            output_dir=f"{temporary}/baked",
-            config_file=str(config),
             directory=state.get("directory"),
         )
-        files = [str(path) for path in Path(baked).rglob("*") if path.is_file()]
+        files = [str(path) for path in baked.rglob("*") if path.is_file()]
         git("hash-object", "-w", "--stdin-paths", input="\n".join(files) + "\n")
 
 
@@ -73,7 +68,7 @@ def left_unmerged() -> str | None:
         where.append(f"{', '.join(rejected)} hold the template's changes that could not be merged (apply them by hand)")
     return (
         "Error: the template changed lines that you changed too (or added a file that you added too): "
-        f"{'; '.join(where)}. Keep what you want, remove every marker (`git diff --check` shows any left) and the "
+        f"{'; '.join(where)}. Keep what you want, remove every marker (`git diff --check HEAD` shows any left) and the "
         ".rej files, then git add and commit."
     )
 
@@ -85,14 +80,18 @@ def main() -> None:
     args = parser.parse_args()
     if not STATE.is_file():
         sys.exit(NO_STATE)
-    if args.check:
-        if not cruft.check(Path("."), checkout=args.checkout):
-            print("Here that is: make update-template")  # after cruft's own advice, which names cruft's command
-            sys.exit(1)
-        return
-    store_merge_base(json.loads(STATE.read_text(encoding="utf-8")))
-    if not cruft.update(Path("."), checkout=args.checkout, skip_apply_ask=True):
-        sys.exit(1)  # cruft has said why (uncommitted or untracked files, say)
+    try:
+        if args.check:
+            if not cruft.check(Path("."), checkout=args.checkout):
+                print("Here that is: make update-template")  # after cruft's own advice, which names cruft's command
+                sys.exit(1)
+            return
+        store_merge_base(json.loads(STATE.read_text(encoding="utf-8")))
+        if not cruft.update(Path("."), checkout=args.checkout, skip_apply_ask=True):
+            sys.exit(1)  # cruft has said why (uncommitted or untracked files, say)
+    except CruftError as error:  # the template out of reach, say: cruft's own message, as its command shows it
+        error.show()
+        sys.exit(error.exit_code)
     if problem := left_unmerged():
         sys.exit(problem)
 

@@ -115,6 +115,8 @@ def test_an_update_brings_the_templates_changes_and_keeps_the_owners(baked):
     later = change_the_template(template)
     behind = run(project, *MAKE, "check-template")
     assert behind.returncode != 0 and "out of date" in behind.stdout
+    # cruft's advice names its own command, which would read the template's default branch: the make target follows.
+    assert behind.stdout.rstrip().endswith("make update-template")
 
     update = run(project, *MAKE, "update-template")
     assert update.returncode == 0, update.stdout + update.stderr
@@ -165,6 +167,9 @@ def test_the_same_line_changed_by_both_ends_in_conflict_markers_and_an_error(bak
     default_yaml = (project / "configs/default.yaml").read_text()
     conflict = f"<<<<<<< ours\n{owner_seed}\n=======\n{TEMPLATE_SEED}\n>>>>>>> theirs\n"
     assert conflict in default_yaml
+    # The README's way to find markers left before committing.
+    check = run(project, "git", "diff", "--check", "HEAD")
+    assert check.returncode != 0 and "configs/default.yaml" in check.stdout
     # What did not conflict arrived all the same.
     assert (
         (project / CORE.format(package="digit_reader")).read_text().endswith(CORE_ADDED.format(package="digit_reader"))
@@ -208,6 +213,9 @@ def test_the_template_branch_bakes_what_cookiecutter_bakes(tmp_path):
     result = run(template, sys.executable, "hooks/template_branch.py")
     assert result.stdout.strip() == "template: unchanged"
     assert git(template, "rev-parse", "template").strip() == first
+    # The template's own repository has no .cruft.json: one paragraph, no traceback.
+    check = run(template, *MAKE, "check-template")
+    assert check.returncode != 0 and "there is no .cruft.json here" in check.stderr and "Traceback" not in check.stderr
     assert "hooks/pre_prompt.py" not in git(template, "ls-tree", "-r", "--name-only", "template")
     # A commit of main that changes only template-only files (this repo's CI, the template's own README section)
     # adds nothing: the branch's own README names no commit.
