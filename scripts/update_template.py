@@ -66,10 +66,10 @@ def left_unmerged() -> str | None:
         where.append(f"in {', '.join(conflicts)} git's conflict markers (<<<<<<< ours ... >>>>>>> theirs) show both")
     if rejected:
         where.append(f"{', '.join(rejected)} hold the template's changes that could not be merged (apply them by hand)")
+    remove = "every marker (`git diff --check HEAD` shows any left)" + (" and the .rej files" if rejected else "")
     return (
         "Error: the template changed lines that you changed too (or added a file that you added too): "
-        f"{'; '.join(where)}. Keep what you want, remove every marker (`git diff --check HEAD` shows any left) and the "
-        ".rej files, then git add and commit."
+        f"{'; '.join(where)}. Keep what you want, remove {remove}, then git add and commit."
     )
 
 
@@ -83,7 +83,7 @@ def main() -> None:
     try:
         if args.check:
             if not cruft.check(Path("."), checkout=args.checkout):
-                print("Here that is: make update-template")  # after cruft's own advice, which names cruft's command
+                print("In this project: make update-template")  # after cruft's own advice, which names cruft's command
                 sys.exit(1)
             return
         store_merge_base(json.loads(STATE.read_text(encoding="utf-8")))
