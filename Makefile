@@ -53,19 +53,14 @@ format: install
 	$(BIN)/ruff format .
 
 # The template's changes since this project's commit of it, merged into your files with the answers in .cruft.json
-# (cruft update; commit your work first). Where you changed the same lines, git's conflict markers: cruft still
-# exits 0 then, so the check after it names the files and fails.
+# (cruft update; commit your work first); where you changed the same lines, git's conflict markers and an error
+# naming the files. scripts/update_template.py says why it is more than `cruft update`.
 update-template: install
-	$(BIN)/cruft update --checkout $(TEMPLATE_BRANCH) --skip-apply-ask
-	@conflicts="$$(git diff --name-only --diff-filter=U | paste -sd ' ' -)"; if [ -n "$$conflicts" ]; then \
-		echo "The template changed lines that you changed too, in $$conflicts: git's conflict markers" \
-			"(<<<<<<<) show both versions there. Keep what you want, remove the markers, then git add and commit." >&2; \
-		exit 1; \
-	fi
+	$(BIN)/python scripts/update_template.py --checkout $(TEMPLATE_BRANCH)
 
 # Whether the template has changes that this project lacks (CI warns when it has).
 check-template: install
-	$(BIN)/cruft check --checkout $(TEMPLATE_BRANCH)
+	$(BIN)/python scripts/update_template.py --check --checkout $(TEMPLATE_BRANCH)
 
 clean:
 	rm -rf $(VENV) $(VENV)-lowest .pytest_cache .ruff_cache src/*.egg-info

@@ -22,9 +22,11 @@ from pathlib import Path
 
 # What cookiecutter needs beside the assembled folder; pre_prompt.py has done its work by then.
 MACHINERY = ["cookiecutter.json", "hooks/pre_gen_project.py", "hooks/post_gen_project.py"]
+# The branch's README names no commit of main, so that a commit of main that changes nothing baked changes nothing
+# here either; each commit's message names its commit of main ("Template of <sha>: ...").
 README = """# The assembled template (generated: do not edit)
 
-Made by `hooks/template_branch.py` from {source} of the main branch, for cruft:
+Made by `hooks/template_branch.py` from the main branch, for cruft; each commit's message names its commit of main.
 
     cruft create <this repository's URL> --checkout template
 
@@ -67,7 +69,7 @@ def publish(source: str, branch: str) -> str | None:
     with tempfile.TemporaryDirectory() as temporary:
         tree_dir = Path(temporary) / "tree"
         assemble(source, tree_dir)
-        (tree_dir / "README.md").write_text(README.format(source=source), encoding="utf-8")
+        (tree_dir / "README.md").write_text(README, encoding="utf-8")
         # An index of its own, so that the checkout's index and files stay as they are; --force: the project's
         # .gitignore (and the user's) must not drop files that pre_prompt.py chose.
         env = os.environ | {"GIT_DIR": git_dir, "GIT_WORK_TREE": str(tree_dir), "GIT_INDEX_FILE": f"{temporary}/index"}

@@ -79,7 +79,10 @@ def test_default_yaml_states_the_templates_defaults():
     from_file = parse_args(["--config", str(ROOT / "configs" / "default.yaml")])
     from_file.pop("config")
     defaults.pop("config", None)
-    assert from_file == defaults
+    assert from_file == defaults, (
+        "configs/default.yaml states the defaults, which live in the code (TRAINER_DEFAULTS in core/cli.py, the "
+        "classes' signatures): change them there too, or keep your settings in a config of your own (--config)"
+    )
     from_file = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     lightning_defaults = {name: p.default for name, p in inspect.signature(Trainer.__init__).parameters.items()}
     changed = {key for key in from_file if key in lightning_defaults and lightning_defaults[key] != from_file[key]}

@@ -115,6 +115,8 @@ def test_an_update_brings_the_templates_changes_and_keeps_the_owners(baked):
     later = change_the_template(template)
     behind = run(project, *MAKE, "check-template")
     assert behind.returncode != 0 and "out of date" in behind.stdout
+    # cruft's advice names its own command, which would read the template's default branch: the make target follows.
+    assert behind.stdout.rstrip().endswith("make update-template")
 
     update = run(project, *MAKE, "update-template")
     assert update.returncode == 0, update.stdout + update.stderr
@@ -160,14 +162,46 @@ def test_the_same_line_changed_by_both_ends_in_conflict_markers_and_an_error(bak
 
     update = run(project, *MAKE, "update-template")
     assert update.returncode != 0
-    assert "changed lines that you changed too, in configs/default.yaml:" in " ".join(update.stderr.split())
+    message = " ".join(update.stderr.split())
+    assert "changed lines that you changed too" in message and "in configs/default.yaml git's conflict" in message
     default_yaml = (project / "configs/default.yaml").read_text()
     conflict = f"<<<<<<< ours\n{owner_seed}\n=======\n{TEMPLATE_SEED}\n>>>>>>> theirs\n"
     assert conflict in default_yaml
+    # The README's way to find markers left before committing.
+    check = run(project, "git", "diff", "--check", "HEAD")
+    assert check.returncode != 0 and "configs/default.yaml" in check.stdout
     # What did not conflict arrived all the same.
     assert (
         (project / CORE.format(package="digit_reader")).read_text().endswith(CORE_ADDED.format(package="digit_reader"))
     )
+
+
+OWNERS_LINE = "A network (`SimpleNN`, one linear layer) trained on MNIST with"
+
+
+@pytest.mark.slow
+def test_an_update_in_a_fresh_clone_merges_with_conflict_markers_not_rej_files(baked, tmp_path):
+    """git apply -3 needs the template's old files among the project's objects; a clone of the project lacks those
+    of an earlier update (the template's files as they were, not the merged ones)."""
+    template, project = baked
+    edit(project / "README.md", OWNERS_LINE, "Our network, trained on the digits of our forms, with")
+    git(project, "commit", "-q", "-a", "-m", "Our README")
+    with (template / "hooks/README.project.md").open("a") as readme:
+        readme.write("\nA later paragraph of the template.\n")
+    publish(template, "The template, later")
+    update = run(project, *MAKE, "update-template")
+    assert update.returncode == 0, update.stdout + update.stderr
+    git(project, "commit", "-q", "-a", "-m", "The template, later")
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--no-local", str(project), str(clone))  # as from a server: no loose objects
+    edit(template / "hooks/README.project.md", OWNERS_LINE, OWNERS_LINE.replace(") trained", "), trained"))
+    publish(template, "The template, later still")
+    update = run(clone, *MAKE, "update-template")
+    assert update.returncode != 0 and "in README.md git's conflict markers" in " ".join(update.stderr.split())
+    readme = (clone / "README.md").read_text()
+    assert "<<<<<<< ours\nOur network, trained on the digits of our forms, with\n=======\n" in readme
+    assert not list(clone.rglob("*.rej"))
 
 
 def test_the_template_branch_bakes_what_cookiecutter_bakes(tmp_path):
@@ -179,7 +213,18 @@ def test_the_template_branch_bakes_what_cookiecutter_bakes(tmp_path):
     result = run(template, sys.executable, "hooks/template_branch.py")
     assert result.stdout.strip() == "template: unchanged"
     assert git(template, "rev-parse", "template").strip() == first
+    # The template's own repository has no .cruft.json: one paragraph, no traceback.
+    check = run(template, *MAKE, "check-template")
+    assert check.returncode != 0 and "there is no .cruft.json here" in check.stderr and "Traceback" not in check.stderr
     assert "hooks/pre_prompt.py" not in git(template, "ls-tree", "-r", "--name-only", "template")
+    # A commit of main that changes only template-only files (this repo's CI, the template's own README section)
+    # adds nothing: the branch's own README names no commit.
+    with (template / ".ci/run").open("a") as ci:
+        ci.write("# A later commit of this repo's CI.\n")
+    edit(template / "README.md", "<!-- template-only -->\n", "<!-- template-only -->\nA later sentence.\n\n")
+    git(template, "commit", "-q", "-a", "-m", "Template-only changes")
+    result = run(template, sys.executable, "hooks/template_branch.py")
+    assert result.stdout.strip() == "template: unchanged", result.stderr
 
     command = ["cruft", "create", str(template), "--checkout", "template", "--no-input"]
     command += ["--output-dir", str(tmp_path / "cruft"), "--extra-context", json.dumps(ANSWERS)]
