@@ -87,6 +87,16 @@ NOT_COMPARED = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.i
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
 RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
+# The Trainer's options that take a number of batches (int) or a fraction (float), declared here with int | float:
+# typing caches unions, and hands back an equal Union[float, int] made earlier (Fabric's clip_gradients has one) for
+# Lightning's Union[int, float]; jsonargparse tries the types in order and would read 2 as 2.0, a fraction.
+COUNT_OR_FRACTION = {
+    "limit_train_batches": (None, "Training batches per epoch (default: all)"),
+    "limit_val_batches": (None, "Validation batches per check (default: all)"),
+    "limit_test_batches": (None, "Test batches (default: all)"),
+    "limit_predict_batches": (None, "Prediction batches (default: all)"),
+    "overfit_batches": (0.0, "Training batches to overfit, the same for validation (default: none)"),
+}
 # --batch_size of every script: Python's index type takes no larger one (a DataLoader's islice would fail). Parsed as
 # a plain int (each value checked by the deserializer): the type's own instances would be pickled into checkpoints.
 BatchSize = restricted_number_type("BatchSize", int, [(">=", 1), ("<=", sys.maxsize)])
@@ -154,7 +164,16 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--batch_size", type=BatchSize, default=4096, help="Samples per batch, for every stage.")
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
-    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir", "logger"})
+    skip = {"default_root_dir", "logger", *COUNT_OR_FRACTION}
+    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip=skip)
+    for name, (default, what) in COUNT_OR_FRACTION.items():
+        parser.add_argument(
+            f"--{name}",
+            type=int | float | None,
+            default=default,
+            help=f"{what}: a whole number (int) is that many "
+            "batches, a number with a point (float) a fraction of them, as in Lightning. Per device.",
+        )
     parser.add_argument(
         "--logger",
         type=Literal["csv", "tensorboard"] | bool | Logger | list[Logger] | None,
