@@ -176,9 +176,12 @@ def use_checkpoint(check: Check, ckpt: str, data_dir: str) -> None:
     flags = ["--ckpt_path", ckpt, "--accelerator", acc]
     evaluate = script("evaluate.py", *flags, "--output_dir", str(work / "evaluate"))
     check.run(f"evaluate.py --accelerator {acc}", evaluate, evaluated)
-    raw = MNISTDataModule(data_dir).raw_folder
-    images = next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file())
-    predict = script("predict.py", str(images), *flags, "--output", str(work / "predictions.csv"))
+    inputs = []  # none: predict.py predicts the data module's predict set
+    # with_digit_photos:
+    raw = MNISTDataModule(data_dir).raw_folder  # the test images as a file, read as pictures are
+    inputs = [str(next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file()))]
+    # end with_digit_photos
+    predict = script("predict.py", *inputs, *flags, "--output", str(work / "predictions.csv"))
     check.run(f"predict.py --accelerator {acc}", predict, predicted)
     check.run("export.py", script("export.py", "--ckpt_path", ckpt, "--output_dir", str(work / "export")), exported)
 
