@@ -581,7 +581,7 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         try:
             run_dir = new_run_dir(config.output_dir)
         except OutputDirError as error:
-            if last.is_file() and not isinstance(error, FolderInUse):
+            if os.path.isfile(last) and not isinstance(error, FolderInUse):  # False for a name too long, as refused
                 raise OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
             raise
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
