@@ -2,6 +2,7 @@
 same keys for training and evaluation, and files appear whole or not at all."""
 
 import fcntl
+import glob
 import json
 import os
 import resource
@@ -165,6 +166,10 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        for left in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):  # by a write killed midway (kill -9)
+            pid = left.name.removeprefix(f".{path.name}.").removesuffix(".partial")
+            if pid.isdigit() and not process_exists(int(pid)):
+                left.unlink(missing_ok=True)
         with open(temporary, "wb") as file:
             yield file
             file.flush()
@@ -175,6 +180,16 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     finally:  # after a failed or stopped write (after the rename, there is no temporary file)
         if temporary.exists():
             temporary.unlink()
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether there is such a process
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def is_temporary(path: Path) -> bool:
