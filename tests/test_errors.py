@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
-    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count", "usable GPU(s) and"]),
+    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a"]),
+    # -1 (every GPU) is not valid on the CPU: the hint says what is
+    (["--devices", "-1", "--accelerator", "cpu"], 2, ["an int > 0. On the CPU, --devices takes a number of processes"]),
     (["--accelerator", "gpux"], 2, ["Trainer settings are not valid", "--accelerator takes cpu, gpu"]),
     (["--max_time", "soon"], 2, ["--max_time soon is not a duration", "00:01:30:00"]),
     (["--max_time", "00:00:00:00", "--quiet", "false"], 2, ["--max_time 00:00:00:00 trains nothing"]),

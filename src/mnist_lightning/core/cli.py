@@ -695,7 +695,10 @@ def make_trainer(script: str, **settings: Any) -> Trainer:
     except (MisconfigurationException, TypeError, ValueError) as error:
         raise UserError(
             f"The Trainer settings are not valid: {first_line(error)}. "
-            + (device_flags_hint(str(error)) or f"Run `python scripts/{script} --help` for every option.")
+            + (
+                device_flags_hint(str(error), settings.get("accelerator", "auto"))
+                or f"Run `python scripts/{script} --help` for every option."
+            )
         ) from error
     except ImportError as error:  # an accelerator, strategy or precision whose package is missing
         raise UserError(missing_package(error)) from error
