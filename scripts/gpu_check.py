@@ -1,13 +1,12 @@
 #!/usr/bin/env python
-"""Everything that needs an NVIDIA GPU, in one command; writes gpu_check_<mode>.json and .md to benchmarks/results/
-(runs/gpu_check/ in a project without benchmarks/).
+"""Everything that needs an NVIDIA GPU, in one command; writes gpu_check_<mode>.json and .md to --results_dir.
 
     python scripts/gpu_check.py --data_dir data          # on a machine with a CUDA GPU (make gpu-check)
     python scripts/gpu_check.py --cpu --data_dir data    # anywhere: the same steps on the CPU (make gpu-check-cpu)
 
 Each step is a fresh process: the devices report; train.py on one GPU in 32-true, 16-mixed and bf16-mixed
-precision; where the project has them, the Fabric and plain-PyTorch rungs and compare.py (the rungs' parity); the tests
-marked gpu; evaluate, predict and export on a GPU-trained checkpoint. With --cpu the same code paths run on the
+precision; the project's other training scripts, where it has them; the tests marked gpu;
+evaluate, predict and export on a GPU-trained checkpoint. With --cpu the same code paths run on the
 CPU, and what needs CUDA (16-bit mixed precision, the gpu tests) is reported as skipped, with the reason.
 """
 
@@ -45,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=None, help="default: the template's")
     parser.add_argument("--val_size", type=int, default=None, help="default: the template's")
     parser.add_argument("--min_acc", type=float, default=0.85, help="lowest test accuracy that counts as trained")
-    results = ROOT / "benchmarks" / "results" if (ROOT / "benchmarks").is_dir() else ROOT / "runs" / "gpu_check"
+    results = ROOT / "runs" / "gpu_check"
+    results = ROOT / "benchmarks" / "results"  # only with_benchmarks
     parser.add_argument("--results_dir", default=str(results), help=f"default: {results.relative_to(ROOT)}")
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per step")
     return parser
@@ -83,7 +83,7 @@ class Check:
         self.steps.append({"step": name, "status": "skipped", "note": reason})
 
     def data_flags(self, trainer: bool = False) -> list[str]:
-        """The data flags of the plain and Fabric rungs and compare.py, or (``trainer``) of train.py."""
+        """The data flags: train.py's (``trainer``: --data.NAME), or the other scripts' (--NAME)."""
         data = "--data." if trainer else "--"
         flags = [f"{data}data_dir", self.args.data_dir, "--max_epochs", str(self.args.max_epochs)]
         flags += ["--batch_size", str(self.args.batch_size)] if self.args.batch_size is not None else []

@@ -138,7 +138,7 @@ BAD_FLAGS = [
     (["--check_val_every_n_epoch", "0"], 2, ["--check_val_every_n_epoch 0 is out of range"]),
     # (killed during its imports: no folder, no record) what to do then
     (["--ckpt_path", "last"], 2, ["resumes the run", "does not exist", "run its own command again, without --ckpt"]),
-    (["--device", "cpu"], 2, ["--device is not an option; did you mean --devices?"]),  # the plain rung's flag
+    (["--device", "cpu"], 2, ["--device is not an option; did you mean --devices?"]),  # plain PyTorch scripts' flag
     (["--quiet"], 2, ["--quiet needs a value after it (a yes/no option takes true or false: --quiet true)."]),
     (["--deterministic", "--quiet", "true"], 2, ["--deterministic needs a value after it"]),
     (["--limit", "1"], 2, ["did you mean --limit_train_batches, --limit_val_batches, --limit_test_batches or"]),

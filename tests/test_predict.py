@@ -1,5 +1,5 @@
 """predict.py on IDX files and on the data module's own predict set: the table, the output file, confidence, and
-its mistakes told before any work; export replaces its own earlier files. Pictures of digits: test_predict_photos.py.
+its mistakes told before any work; export replaces its own earlier files.
 """
 
 import contextlib

@@ -100,8 +100,8 @@ def test_custom_names_replace_the_old_ones_everywhere(custom_project):
     assert custom_project.name == "digit-reader"
     assert (custom_project / "src" / "digit_reader" / "lightning_module.py").is_file()
     for path, text in text_files(custom_project).items():
-        for old in OLD_NAMES:
-            assert old not in text and old not in str(path), (old, path)
+        for old in OLD_NAMES:  # in any case: MNIST_LIGHTNING_RUN_DIR too
+            assert old.lower() not in text.lower() and old.lower() not in str(path).lower(), (old, path)
     pyproject = (custom_project / "pyproject.toml").read_text(encoding="utf-8")
     assert (
         'name = "digit-reader"' in pyproject
@@ -299,6 +299,11 @@ def test_all_options_off_leave_out_every_optional_path(template, tmp_path):
         assert not (project / path).exists(), path
     assert not (project / "benchmarks").exists()
     check_project(project, ALL_OFF, "digit_reader")
+    # No word of what the options removed is left, in code or comments ("fabric" is Lightning's library here).
+    words = re.compile(r"\brungs?\b|ladder|benchmark|photo|\bFabric\b(?! *\()", re.IGNORECASE)
+    for path, text in text_files(project).items():
+        if path.name not in ("README.md", "test_gpu.py"):  # the README is checked above; test_gpu.py is the GPU's
+            assert not words.search(text.replace("lightning.fabric", "")), (path, words.search(text).group())
 
 
 def test_the_defaults_have_the_ladder_and_the_photos_and_no_benchmarks(template, tmp_path):

@@ -88,7 +88,7 @@ DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --dat
 RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 # The Trainer's options that take a number of batches (int) or a fraction (float), declared here with int | float:
-# typing caches unions, and hands back an equal Union[float, int] made earlier (Fabric's clip_gradients has one) for
+# typing caches unions, and hands back an equal Union[float, int] made earlier (one in Lightning itself) for
 # Lightning's Union[int, float]; jsonargparse tries the types in order and would read 2 as 2.0, a fraction.
 COUNT_OR_FRACTION = {
     "limit_train_batches": (None, "Training batches per epoch (default: all)"),
@@ -420,7 +420,7 @@ def build_training(config: Namespace) -> Training:
                 logging.getLogger(name).setLevel(logging.WARNING)
         # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
         seed_everything(config.seed, workers=True, verbose=False)
-        torch.set_float32_matmul_precision(config.float32_matmul_precision)  # as on every rung
+        torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built, model, datamodule = build_model_and_data(config)
         check_data_methods(datamodule, tested=config.limit_test_batches != 0)
         if weights and not resuming:
