@@ -127,10 +127,10 @@ def load_weights(model: LightningModule, path: str | Path, resuming: bool = Fals
                 f"cannot take as its code is now ({weights_problem(error)}): the network's code has changed since the "
                 "run started. Restore that code to resume the run, or start a new run."
             ) from error
-        load_checkpoint(path)  # its record must build a network that takes its weights, or "pass the same" would loop
         trained = contents["hyper_parameters"]
         net, advice = trained.get("net"), "."
         if isinstance(net, dict) and net.get("class_path"):
+            load_checkpoint(path)  # the record must build a network that takes the weights, or "pass the same" loops
             flags = [f"--net {net['class_path']}", *(f"--net.{k} {v}" for k, v in (net.get("init_args") or {}).items())]
             advice = f": it was trained with `{' '.join(flags)}`; pass the same to start from it."
         sizes = [  # the network is built for the data: other data, other weights, whatever --net is
