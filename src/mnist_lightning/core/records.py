@@ -86,10 +86,10 @@ def holder(folder: Path) -> tuple[Path, str] | None:
     for parent in (folder, *folder.parents):
         if parent in _held or not (parent / LOCK_FILE).is_file():
             continue
-        with open(parent / LOCK_FILE) as handle:
+        with suppress(OSError), open(parent / LOCK_FILE) as handle:  # one this process cannot read: not known held
             try:
                 fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError:
+            except BlockingIOError:
                 return parent, handle.read().strip() or "another process"
     return None
 
