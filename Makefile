@@ -31,7 +31,7 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest $(ARGS)
 
-# Everything that needs an NVIDIA GPU, one command; results in benchmarks/results/ (or runs/gpu_check/) gpu_check_gpu.*
+# Everything that needs an NVIDIA GPU, one command; results in gpu_check_gpu.json and .md (where: gpu_check.py --help).
 # gpu-check-cpu runs the same steps on the CPU and skips what needs CUDA (tests/test_gpu.py runs it in CI).
 gpu-check: install
 	$(BIN)/python scripts/gpu_check.py $(ARGS)

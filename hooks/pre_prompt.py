@@ -58,6 +58,7 @@ PLACEHOLDERS = {
     "MNIST Lightning": "{{ cookiecutter.project_name }}",
     "mnist-lightning": "{{ cookiecutter.project_slug }}",
     "mnist_lightning": "{{ cookiecutter.package_name }}",
+    "MNIST_LIGHTNING": "{{ cookiecutter.package_name | upper }}",  # an environment variable's prefix
 }
 WORDS = re.compile("|".join(re.escape(word) for word in PLACEHOLDERS))
 # Parts of the repo's own files that only concern the template: README sections and marked lines.

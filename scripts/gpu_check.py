@@ -1,15 +1,14 @@
 #!/usr/bin/env python
-"""Everything that needs an NVIDIA GPU, in one command; writes gpu_check_<mode>.json and .md to benchmarks/results/
-(runs/gpu_check/ in a project without benchmarks/).
+"""Everything that needs an NVIDIA GPU, in one command; writes gpu_check_<mode>.json and .md to --results_dir.
 
     python scripts/gpu_check.py --data_dir data          # on a machine with a CUDA GPU (make gpu-check)
     python scripts/gpu_check.py --cpu --data_dir data    # anywhere: the same steps on the CPU (make gpu-check-cpu)
 
-Each step is a fresh process: the devices report; train.py on one GPU, as a user types it; where the project has
-them, compare.py (the plain-PyTorch, Fabric and Trainer rungs on the GPU, and their parity); the tests marked gpu
-(mixed precision, host syncs, compiled parity, ...: in one process, as far as they can); evaluate, predict and export
-on the GPU-trained checkpoint. Sized for the few minutes a GPU is lent: each process spends most of its time
-importing. With --cpu the same steps run on the CPU (the gpu tests are then collected and skipped).
+Each step is a fresh process: the devices report; train.py on one GPU, as a user types it; the project's other
+training scripts side by side, where it has them; the tests marked gpu (in one process, as far as they can);
+evaluate, predict and export on the GPU-trained checkpoint. Sized for the few minutes a GPU is lent: each process
+spends most of its time importing. With --cpu the same steps run on the CPU (the gpu tests are then collected and
+skipped).
 """
 
 import argparse
@@ -46,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=None, help="default: the template's")
     parser.add_argument("--val_size", type=int, default=None, help="default: the template's")
     parser.add_argument("--min_acc", type=float, default=0.85, help="lowest test accuracy that counts as trained")
-    results = ROOT / "benchmarks" / "results" if (ROOT / "benchmarks").is_dir() else ROOT / "runs" / "gpu_check"
+    results = ROOT / "runs" / "gpu_check"
+    results = ROOT / "benchmarks" / "results"  # only with_benchmarks
     parser.add_argument("--results_dir", default=str(results), help=f"default: {results.relative_to(ROOT)}")
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per step")
     return parser
@@ -84,7 +84,7 @@ class Check:
         self.steps.append({"step": name, "status": "skipped", "note": reason})
 
     def data_flags(self, trainer: bool = False) -> list[str]:
-        """The data flags of the plain and Fabric rungs and compare.py, or (``trainer``) of train.py."""
+        """The data flags: train.py's (``trainer``: --data.NAME), or the other scripts' (--NAME)."""
         data = "--data." if trainer else "--"
         flags = [f"{data}data_dir", self.args.data_dir, "--max_epochs", str(self.args.max_epochs)]
         flags += ["--batch_size", str(self.args.batch_size)] if self.args.batch_size is not None else []
@@ -158,9 +158,12 @@ def use_checkpoint(check: Check, ckpt: str, data_dir: str) -> None:
     flags = ["--ckpt_path", ckpt, "--accelerator", acc]
     evaluate = script("evaluate.py", *flags, "--output_dir", str(work / "evaluate"))
     check.run(f"evaluate.py --accelerator {acc}", evaluate, evaluated)
-    raw = MNISTDataModule(data_dir).raw_folder
-    images = next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file())
-    predict = script("predict.py", str(images), *flags, "--output", str(work / "predictions.csv"))
+    inputs = []  # none: predict.py predicts the data module's predict set
+    # with_digit_photos:
+    raw = MNISTDataModule(data_dir).raw_folder  # the test images as a file, read as pictures are
+    inputs = [str(next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file()))]
+    # end with_digit_photos
+    predict = script("predict.py", *inputs, *flags, "--output", str(work / "predictions.csv"))
     check.run(f"predict.py --accelerator {acc}", predict, predicted)
     check.run("export.py", script("export.py", "--ckpt_path", ckpt, "--output_dir", str(work / "export")), exported)
 

@@ -2,7 +2,7 @@
 what the user does next: paste the command the run printed, or, after kill -9 (which prints nothing), the
 resume command of the README. Repeat until the run finishes; compare it with an uninterrupted run.
 
-The harness of tests/test_faults.py and benchmarks/kill_resume.py; it imports nothing from the tests.
+The harness of tests/test_faults.py, for any script that interrupts runs: it imports nothing from the tests.
 """
 
 import json

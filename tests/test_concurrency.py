@@ -2,6 +2,7 @@
 naming the running one, and nothing of the two is mixed; a killed run's lock does not outlive it."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from interrupts import start, train_command
 from mnist_lightning.core.records import replaced
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -88,6 +90,36 @@ def test_an_output_folder_that_cannot_hold_files_is_refused(flags, checkpoint, s
     assert err.startswith("Error: The output folder /proc/foo cannot be written") and "Traceback" not in err
 
 
+NOT_UTF8, LONG_NAME = (
+    (b"bad\xff", "its name is not valid UTF-8 text"),
+    (b"a" * 256, "a name in its path is longer than 255"),
+)
+LONG_PATH = (b"/".join([b"c" * 200] * 20), "leaves no room for the names of a run's files")  # 4,019 bytes, and more
+
+
+@pytest.mark.parametrize(
+    ("script", "name", "reason"),
+    [
+        ("train", *NOT_UTF8),
+        ("train", *LONG_NAME),
+        ("train", *LONG_PATH),
+        ("evaluate", *NOT_UTF8),
+        ("export", *LONG_NAME),
+    ],
+    ids=["train-not-utf-8", "train-name-256", "train-path-4060", "evaluate-not-utf-8", "export-name-256"],
+)
+def test_an_output_folder_name_the_system_cannot_hold_is_refused(flags, checkpoint, tmp_path, script, name, reason):
+    """`--output_dir $'bad\\xff'`, a name over 255 bytes, a path near 4,096: one paragraph, and nothing is made."""
+    options = flags if script == "train" else ["--ckpt_path", checkpoint]
+    folder = os.fsencode(tmp_path / "out") + b"/" + name
+    command = [sys.executable, f"scripts/{script}.py", *options, "--output_dir", folder]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, errors="backslashreplace")
+    message = one_line(result.stderr)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert message.startswith("Error: The output folder ") and reason in message, message
+    assert "Pass another --output_dir." in message and not (tmp_path / "out").exists()
+
+
 def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkpoint, capsys):
     """export.py's default folder is <run>/checkpoints/exports: not while the run holds its folder."""
     from mnist_lightning.core.export import main
@@ -130,3 +162,23 @@ def test_commands_started_in_one_second_get_a_run_folder_each(tmp_path):
     folders = [process.communicate(timeout=60)[0].strip() for process in processes]
     assert [process.returncode for process in processes] == [0] * 4
     assert len(set(folders)) == 4, folders
+
+
+def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(checkpoint, capsys):
+    """`evaluate.py --output_dir <run>/checkpoints` while the run trains: in use by its command, not an earlier run."""
+    from mnist_lightning.core.evaluate import main
+
+    run = Path(checkpoint).parent.parent
+    holder = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); print(1, flush=True)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", holder + "; time.sleep(60)", str(run / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        process.stdout.readline()  # the lock is held
+        assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / "checkpoints")]) == 2
+    finally:
+        process.kill()
+    message = one_line(capsys.readouterr().err)
+    assert f"is inside {run}, the folder of another command that has not ended" in message, message
+    recorded = " ".join((run / ".lock").read_text().split())  # the command that holds the run, as it wrote it
+    assert recorded in message and "earlier run" not in message and not (run / "checkpoints" / "config.yaml").exists()

@@ -99,8 +99,8 @@ def test_eval_batches_keep_their_order(fake_mnist):
 
 @pytest.mark.parametrize("epoch", [0, 3])
 def test_the_training_order_is_distributed_samplers_on_one_process(epoch):
-    """The order Lightning's DistributedSampler would give under DDP, with the same seed, on one process: the plain
-    and Fabric rungs use DistributedSampler itself and train on the same batches."""
+    """The order Lightning's DistributedSampler would give under DDP, with the same seed, on one process: a script
+    that uses DistributedSampler itself trains on the same batches."""
     shuffle, reference = EpochShuffle(100, seed=5), DistributedSampler(range(100), 1, 0, shuffle=True, seed=5)
     shuffle.set_epoch(epoch)
     reference.set_epoch(epoch)

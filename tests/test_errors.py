@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
-    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a count", "usable GPU(s) and"]),
+    (["--devices", "0"], 2, ["Trainer settings are not valid", "--devices takes a"]),
+    # -1 (every GPU) is not valid on the CPU: the hint says what is
+    (["--devices", "-1", "--accelerator", "cpu"], 2, ["an int > 0. On the CPU, --devices takes a number of processes"]),
     (["--accelerator", "gpux"], 2, ["Trainer settings are not valid", "--accelerator takes cpu, gpu"]),
     (["--max_time", "soon"], 2, ["--max_time soon is not a duration", "00:01:30:00"]),
     (["--max_time", "00:00:00:00", "--quiet", "false"], 2, ["--max_time 00:00:00:00 trains nothing"]),
@@ -136,7 +138,7 @@ BAD_FLAGS = [
     (["--check_val_every_n_epoch", "0"], 2, ["--check_val_every_n_epoch 0 is out of range"]),
     # (killed during its imports: no folder, no record) what to do then
     (["--ckpt_path", "last"], 2, ["resumes the run", "does not exist", "run its own command again, without --ckpt"]),
-    (["--device", "cpu"], 2, ["--device is not an option; did you mean --devices?"]),  # the plain rung's flag
+    (["--device", "cpu"], 2, ["--device is not an option; did you mean --devices?"]),  # plain PyTorch scripts' flag
     (["--quiet"], 2, ["--quiet needs a value after it (a yes/no option takes true or false: --quiet true)."]),
     (["--deterministic", "--quiet", "true"], 2, ["--deterministic needs a value after it"]),
     (["--limit", "1"], 2, ["did you mean --limit_train_batches, --limit_val_batches, --limit_test_batches or"]),

@@ -206,7 +206,7 @@ def test_a_stop_arriving_as_it_finishes_does_not_fail_a_complete_result(trained,
 TRAINER_REFUSALS = [  # (the entry point, its flags, what the message says)
     ("evaluate", ["--precision", "7"], "Precision '7' is invalid. Allowed precision values"),
     ("evaluate", ["--accelerator", "foo"], "--accelerator takes cpu, gpu (any GPU PyTorch can use)"),
-    ("evaluate", ["--accelerator", "cpu", "--devices", "abc"], "--devices takes a count like 1"),
+    ("evaluate", ["--accelerator", "cpu", "--devices", "abc"], "On the CPU, --devices takes a number of processes"),
     ("predict", ["--accelerator", "foo"], "--accelerator takes cpu, gpu (any GPU PyTorch can use)"),
 ]
 

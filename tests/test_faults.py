@@ -132,7 +132,7 @@ def test_a_stop_prints_only_what_the_user_needs(flags, tmp_path):
 
 
 def test_random_moments_a_few_points(flags, uninterrupted, tmp_path):
-    """A small version of benchmarks/kill_resume.py: each signal at a moment chosen at random."""
+    """A few interrupts, each signal at a moment chosen at random."""
     from interrupts import random_moments
 
     run = tmp_path / "run"

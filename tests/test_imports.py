@@ -1,7 +1,7 @@
 """The import budget of the entry points: a run imports nothing that only some runs need (TensorBoard, ONNX,
 plots, image decoding) beyond what importing Lightning imports anyway.
 
-Importing torch and Lightning is the floor every Lightning program pays (benchmarks/README.md). What a run
+Importing torch and Lightning is the floor every Lightning program pays. What a run
 imports on top of it is measured here, in fresh processes: the modules each entry point leaves in
 ``sys.modules``, minus those of ``python -c "import lightning, jsonargparse"``. (That floor already holds what
 Lightning's own imports bring: torchvision, PIL.Image, and matplotlib.pyplot where matplotlib is installed,

@@ -31,7 +31,7 @@ def test_simple_nn_has_no_default_sizes():
 
 
 def test_the_network_does_not_import_lightning():
-    """SimpleNN is a plain nn.Module: the plain and Fabric rungs import it, and nothing of Lightning comes with it."""
+    """SimpleNN is a plain nn.Module: scripts without Lightning import it, and nothing of Lightning comes with it."""
     code = (
         "import sys, mnist_lightning.model;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"

@@ -1,11 +1,14 @@
 """predict.py on IDX files and on the data module's own predict set: the table, the output file, confidence, and
-its mistakes told before any work; export replaces its own earlier files. Pictures of digits: test_predict_photos.py.
+its mistakes told before any work; export replaces its own earlier files.
 """
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +188,40 @@ def test_a_stopped_export_into_a_new_folder_leaves_no_folder(
     assert export.main(flags) == status
     assert capsys.readouterr().err.strip() == said
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("signum", "status", "said"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_predict_stopped_just_after_writing_its_file_says_the_file_is_whole(
+    fake_ckpt, tmp_path, monkeypatch, capsys, signum, status, said
+):
+    """Ctrl-C or SIGTERM as predict.py has just replaced its CSV: the file is complete, and the message says so."""
+    from mnist_lightning.core import predict as predict_module
+
+    real_replaced = predict_module.replaced
+
+    @contextlib.contextmanager
+    def replaced_then_stopped(path):
+        with real_replaced(path) as file:
+            yield file
+        os.kill(os.getpid(), signum)
+
+    monkeypatch.setattr(predict_module, "replaced", replaced_then_stopped)
+    output = tmp_path / "predictions.csv"
+    assert main(["--ckpt_path", fake_ckpt, "--output", str(output), "--quiet", "true"]) == status
+    assert capsys.readouterr().err.strip() == f"Stopped by {said}: {output} was written whole (every row) before it."
+    assert len(output.read_text().splitlines()) == 1 + FAKE_TEST
+
+
+def test_what_a_predict_killed_while_writing_left_goes_with_the_next_write(fake_ckpt, tmp_path):
+    """`kill -9` during the write leaves its temporary file: the next predict.py with that --output removes it."""
+    output = tmp_path / "predictions.csv"
+    killed = "import os, sys; open(sys.argv[1] % os.getpid(), 'w').write('input,st'); os.kill(os.getpid(), 9)"
+    subprocess.run([sys.executable, "-c", killed, str(tmp_path / ".predictions.csv.%d.partial")])
+    assert len(list(tmp_path.glob(".*.partial"))) == 1
+    assert main(["--ckpt_path", fake_ckpt, "--output", str(output), "--quiet", "true"]) == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["predictions.csv"]
 
 
 def test_predict_takes_the_data_modules_arguments_like_evaluate(tmp_path, monkeypatch, capsys):

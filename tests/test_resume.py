@@ -219,6 +219,28 @@ def test_a_checkpoint_of_another_network_is_refused_with_the_flags_it_needs(data
     assert "--net helpers.SmallCNN --net.channels 2" in message and not (tmp_path / "run").exists()
 
 
+def test_a_checkpoint_whose_recorded_network_was_edited_gets_the_same_advice_everywhere(data, tmp_path, capsys):
+    """Its record says --net.channels 4, its weights are of 2 channels: no entry point advises passing the record's
+    flags (which would be refused again); each says the file was edited."""
+    from mnist_lightning.core.evaluate import main as evaluate_main
+
+    cnn = tmp_path / "cnn"
+    assert main(flags(data, cnn, "--max_epochs", "1", "--net", "helpers.SmallCNN", "--net.channels", "2")) == 0
+    contents = torch.load(cnn / "checkpoints" / "last.ckpt", weights_only=True)
+    contents["hyper_parameters"]["net"]["init_args"]["channels"] = 4
+    edited = tmp_path / "edited.ckpt"
+    torch.save(contents, edited)
+    capsys.readouterr()
+    assert evaluate_main(["--ckpt_path", str(edited), "--output_dir", str(tmp_path / "evaluated")]) == 2
+    messages = [one_line(capsys.readouterr().err)]
+    for net in ([], ["--net", "helpers.SmallCNN", "--net.channels", "4"]):  # the default network, then the record's
+        assert main(flags(data, tmp_path / "run", "--ckpt_path", str(edited), *net)) == 2
+        messages.append(one_line(capsys.readouterr().err))
+    for message in messages:
+        assert "the file was edited" in message and "pass the same" not in message, message
+    assert not (tmp_path / "run").exists() and not (tmp_path / "evaluated").exists()
+
+
 def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn):
     run = tmp_path / "run"
     # A run stopped by its time limit, --max_time given on its first command only.

@@ -9,14 +9,17 @@ import sys
 import time
 import traceback
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import FAKE_TEST, TINY_RUN, one_line
 
 from mnist_lightning.core.cli import build_training, parse_args
 from mnist_lightning.core.train import main, train
 
+ROOT = Path(__file__).resolve().parents[1]
 METRIC_KEYS = {"test/acc", "test/loss", "epochs", "fit_seconds", "accelerator", "devices", "history", "seed"}
 
 
@@ -166,6 +169,38 @@ def test_limit_test_batches_zero_trains_and_says_it_did_not_test(fake_mnist, tmp
     out = capsys.readouterr().out
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["test/acc"] is None and "Not tested (--limit_test_batches 0)" in out
+
+
+# train.py in a process where Python's typing cache held Union[float, int] when Lightning defined its Trainer (an
+# import just before it can leave one; typing hands back an equal cached union for Union[int, float], in its order).
+FLOAT_FIRST_TRAIN = """
+import importlib, runpy, sys, typing
+import lightning.pytorch as pl
+for clear in typing._cleanups:
+    clear()
+typing.Optional[typing.Union[float, int]]
+pl.Trainer = pl.trainer.Trainer = importlib.reload(sys.modules["lightning.pytorch.trainer.trainer"]).Trainer
+sys.path.insert(0, "scripts")
+sys.argv[0] = "scripts/train.py"
+runpy.run_path("scripts/train.py", run_name="__main__")
+"""
+
+
+def test_a_whole_number_of_batches_is_that_many_batches(fake_mnist, tmp_path):
+    """--limit_train_batches 2 trains two batches an epoch, not a refused fraction 2.0 (nor 1 the whole epoch), from
+    a flag or a config file; the record keeps the int. Lightning's Trainer takes an int as a number of batches."""
+    config = tmp_path / "limits.yaml"
+    config.write_text("limit_val_batches: 1\noverfit_batches: 0\n")
+    flags = ["--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN]
+    flags += ["--config", str(config), "--limit_train_batches", "2", "--limit_test_batches", "1", "--quiet", "true"]
+    result = subprocess.run(
+        [sys.executable, "-c", FLOAT_FIRST_TRAIN, *flags], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    limits = [record[name] for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches")]
+    assert limits == [2, 1, 1] and all(type(limit) is int for limit in limits), limits
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2 * 2
 
 
 def test_without_validation_the_last_weights_are_tested_without_warnings(fake_mnist, tmp_path, capfd):

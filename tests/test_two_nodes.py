@@ -1,5 +1,5 @@
 """Scale-out, verified: two "nodes" on this machine (torchrun, gloo on the CPU) train as one job, with the same
-result as two processes on one node, on the Trainer and the Fabric rung; the SLURM script agrees with what
+result as two processes on one node, with each training script; the SLURM script agrees with what
 Lightning reads from the variables srun sets."""
 
 import json
@@ -27,25 +27,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def final_weights(run_dir: Path, rung: str) -> dict:
-    if rung == "trainer":
+def final_weights(run_dir: Path, entry: str) -> dict:
+    if entry == "trainer":
         return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rung", list(SCRIPTS))
-def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(rung, fake_mnist, tmp_path):
-    data = "--data." if rung == "trainer" else "--"  # train.py takes the data module's arguments as --data.NAME
+@pytest.mark.parametrize("entry", list(SCRIPTS))
+def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(entry, fake_mnist, tmp_path):
+    data = "--data." if entry == "trainer" else "--"  # train.py takes the data module's arguments as --data.NAME
     flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]
     flags += ["--max_epochs", "2"]
     flags += ["--accelerator", "cpu", "--strategy", "ddp"]
-    flags += ["--enable_progress_bar", "false"] if rung == "trainer" else []
+    flags += ["--enable_progress_bar", "false"] if entry == "trainer" else []
     # One thread per process in both layouts: Lightning would otherwise give each process cores // local processes,
     # and a different thread count may sum in a different order.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one_node, two_nodes = tmp_path / "one_node", tmp_path / "two_nodes"
-    single = [sys.executable, str(SCRIPTS[rung]), *flags, "--devices", "2", "--output_dir", str(one_node)]
+    single = [sys.executable, str(SCRIPTS[entry]), *flags, "--devices", "2", "--output_dir", str(one_node)]
     result = subprocess.run(single, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -54,7 +54,7 @@ def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(rung, fake_mn
     as_two_nodes = ["--devices", "1", "--num_nodes", "2", "--output_dir", str(two_nodes)]
     nodes = [
         subprocess.Popen(
-            [*torchrun, "--node_rank", str(rank), str(SCRIPTS[rung]), *flags, *as_two_nodes],
+            [*torchrun, "--node_rank", str(rank), str(SCRIPTS[entry]), *flags, *as_two_nodes],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -75,13 +75,13 @@ def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(rung, fake_mn
     assert [path.relative_to(two_nodes) for path in two_nodes.rglob("metrics.json")] == [Path("metrics.json")]
     assert sum(output.count("Test accuracy") for output in outputs) == 1
     reference, two = (json.loads((run / "metrics.json").read_text()) for run in (one_node, two_nodes))
-    # The Fabric rung records its --devices as given: "2".
+    # The Fabric rung records its --devices as given: "2".  # only with_ladder
     assert (int(reference["devices"]), reference["num_nodes"]) == (2, 1)
     assert (int(two["devices"]), two["num_nodes"]) == (1, 2)
     # The same job: the same shards, the same gradient all-reduce, so the same numbers.
     assert [row["train/loss"] for row in two["history"]] == [row["train/loss"] for row in reference["history"]]
     assert [two[key] for key in RESULT] == [reference[key] for key in RESULT]
-    weights = final_weights(one_node, rung), final_weights(two_nodes, rung)
+    weights = final_weights(one_node, entry), final_weights(two_nodes, entry)
     assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
     assert reference["test/acc"] > 0.9
 
@@ -94,7 +94,7 @@ def srun_command(script: str) -> list[str]:
 
 
 def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
-    from lightning.fabric import Fabric
+    from lightning.fabric import Fabric  # only with_ladder
     from lightning.fabric.plugins.environments import SLURMEnvironment
     from lightning.fabric.utilities import rank_zero as fabric_rank_zero
     from lightning.pytorch import Trainer
@@ -132,19 +132,20 @@ def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # SLURMEnvironment derives them (and sets them): start unset
         monkeypatch.setenv(name, "")  # records the value to restore after the test
         monkeypatch.delenv(name)
-    for module in (fabric_rank_zero, trainer_rank_zero):  # set by Trainer and Fabric; restored after the test
+    for module in (fabric_rank_zero, trainer_rank_zero):  # set as Lightning starts; restored after the test
         monkeypatch.setattr(module.rank_zero_only, "rank", getattr(module.rank_zero_only, "rank", 0))
     assert SLURMEnvironment.detect()
     environment = SLURMEnvironment()
     environment.validate_settings(num_devices=int(config.devices), num_nodes=config.num_nodes)  # raises on a mismatch
     assert (environment.world_size(), environment.global_rank(), environment.local_rank()) == (world, 5, 1)
     assert (environment.node_rank(), environment.main_address) == (1, "gpu07")
-    # Trainer and Fabric, given the script's devices and nodes (on the CPU: no GPU is needed to check this),
-    # take their ranks from SLURM.
+    # Given the script's devices and nodes (on the CPU: no GPU is needed to check this), the Trainer takes its ranks
+    # from SLURM.
+    # So does Fabric, which the Fabric rung runs on.  # only with_ladder
     settings = {"accelerator": "cpu", "devices": int(config.devices), "num_nodes": config.num_nodes, "strategy": "ddp"}
-    trainer = Trainer(**settings, logger=False, enable_checkpointing=False)
-    fabric = Fabric(**settings)
-    for run in (trainer, fabric):
+    runs = [Trainer(**settings, logger=False, enable_checkpointing=False)]
+    runs.append(Fabric(**settings))  # only with_ladder
+    for run in runs:
         assert isinstance(run.strategy.cluster_environment, SLURMEnvironment)
         assert (run.world_size, run.global_rank, run.local_rank, run.node_rank) == (world, 5, 1, 1)
 

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-# The same setting on every rung (torch.set_float32_matmul_precision), so they stay bit-identical.
+# The same setting in every training script (torch.set_float32_matmul_precision), so they stay bit-identical.
 MATMUL_HELP = (
     "float32 matrix products: highest (full float32), high (TensorFloat32 on GPUs with Tensor Cores: faster, "
     "about 3 decimal digits per product) or medium (bfloat16)"

@@ -1,4 +1,5 @@
-"""The optimizer and learning-rate schedule of the Trainer rung, as the plain and Fabric scripts build them too."""
+"""The optimizer and learning-rate schedule of the LightningModule, as functions any training script can call."""
+# The plain and Fabric rungs build theirs with them too.  # only with_ladder
 
 import math
 from typing import Literal

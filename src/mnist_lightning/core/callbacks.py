@@ -179,9 +179,10 @@ def progress_display() -> ProgressBar:
     return ThrottledBar() if sys.stdout.isatty() else EpochLines()
 
 
+# Measured: benchmarks/results/step_cost_cpu.json.  # only with_benchmarks
 class ThrottledBar(TQDMProgressBar):
     """Lightning's TQDM bar, redrawn at most every 0.1 s and at a stage's end: redrawn every ``refresh_rate``
-    batches, it can cost a small network's step again (benchmarks/results/step_cost_cpu.json)."""
+    batches, it can cost a small network's step again."""
 
     _drawn_at = 0.0
 

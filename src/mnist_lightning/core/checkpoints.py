@@ -17,6 +17,7 @@ from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..lightning_module import Classifier
+from .checks import ModelSettingError
 from .errors import UserError
 from .messages import explain, first_line
 from .records import replaced
@@ -47,6 +48,11 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
                 f"{path} holds weights that its recorded network cannot take as its code is now "
                 f"({weights_problem(error)}): the network's code has changed since it was trained, or the file was "
                 "edited. Pass a checkpoint written by scripts/train.py with the network's code as it is now."
+            ) from error
+        if isinstance(error, ModelSettingError):  # built, but refused: the settings recorded are not the weights'
+            raise CheckpointError(
+                f"{path} records settings that do not build a network for its weights ({first_line(error)}): the file "
+                "was edited after scripts/train.py wrote it. Pass a checkpoint as train.py wrote it."
             ) from error
         named = re.search(r"class_path[= ]'([^']+)'", str(error))
         raise CheckpointError(
@@ -124,6 +130,7 @@ def load_weights(model: LightningModule, path: str | Path, resuming: bool = Fals
         trained = contents["hyper_parameters"]
         net, advice = trained.get("net"), "."
         if isinstance(net, dict) and net.get("class_path"):
+            load_checkpoint(path)  # the record must build a network that takes the weights, or "pass the same" loops
             flags = [f"--net {net['class_path']}", *(f"--net.{k} {v}" for k, v in (net.get("init_args") or {}).items())]
             advice = f": it was trained with `{' '.join(flags)}`; pass the same to start from it."
         sizes = [  # the network is built for the data: other data, other weights, whatever --net is

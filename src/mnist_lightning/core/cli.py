@@ -87,6 +87,16 @@ NOT_COMPARED = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.i
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
 RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
+# The Trainer's options that take a number of batches (int) or a fraction (float), declared here with int | float:
+# typing caches unions, and hands back an equal Union[float, int] made earlier (one in Lightning itself) for
+# Lightning's Union[int, float]; jsonargparse tries the types in order and would read 2 as 2.0, a fraction.
+COUNT_OR_FRACTION = {
+    "limit_train_batches": (None, "Training batches per epoch (default: all)"),
+    "limit_val_batches": (None, "Validation batches per check (default: all)"),
+    "limit_test_batches": (None, "Test batches (default: all)"),
+    "limit_predict_batches": (None, "Prediction batches (default: all)"),
+    "overfit_batches": (0.0, "Training batches to overfit, the same for validation (default: none)"),
+}
 # --batch_size of every script: Python's index type takes no larger one (a DataLoader's islice would fail). Parsed as
 # a plain int (each value checked by the deserializer): the type's own instances would be pickled into checkpoints.
 BatchSize = restricted_number_type("BatchSize", int, [(">=", 1), ("<=", sys.maxsize)])
@@ -154,7 +164,16 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--batch_size", type=BatchSize, default=4096, help="Samples per batch, for every stage.")
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
-    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip={"default_root_dir", "logger"})
+    skip = {"default_root_dir", "logger", *COUNT_OR_FRACTION}
+    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip=skip)
+    for name, (default, what) in COUNT_OR_FRACTION.items():
+        parser.add_argument(
+            f"--{name}",
+            type=int | float | None,
+            default=default,
+            help=f"{what}: a whole number (int) is that many "
+            "batches, a number with a point (float) a fraction of them, as in Lightning. Per device.",
+        )
     parser.add_argument(
         "--logger",
         type=Literal["csv", "tensorboard"] | bool | Logger | list[Logger] | None,
@@ -401,7 +420,7 @@ def build_training(config: Namespace) -> Training:
                 logging.getLogger(name).setLevel(logging.WARNING)
         # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
         seed_everything(config.seed, workers=True, verbose=False)
-        torch.set_float32_matmul_precision(config.float32_matmul_precision)  # as on every rung
+        torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built, model, datamodule = build_model_and_data(config)
         check_data_methods(datamodule, tested=config.limit_test_batches != 0)
         if weights and not resuming:
@@ -562,7 +581,7 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         try:
             run_dir = new_run_dir(config.output_dir)
         except OutputDirError as error:
-            if last.is_file() and not isinstance(error, FolderInUse):
+            if os.path.isfile(last) and not isinstance(error, FolderInUse):  # False for a name too long, as refused
                 raise OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
             raise
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
@@ -679,7 +698,10 @@ def make_trainer(script: str, **settings: Any) -> Trainer:
     except (MisconfigurationException, TypeError, ValueError) as error:
         raise UserError(
             f"The Trainer settings are not valid: {first_line(error)}. "
-            + (device_flags_hint(str(error)) or f"Run `python scripts/{script} --help` for every option.")
+            + (
+                device_flags_hint(str(error), settings.get("accelerator", "auto"))
+                or f"Run `python scripts/{script} --help` for every option."
+            )
         ) from error
     except ImportError as error:  # an accelerator, strategy or precision whose package is missing
         raise UserError(missing_package(error)) from error

@@ -40,10 +40,16 @@ def check_accelerator(accelerator: str, devices: object = 1) -> None:
         )
 
 
-def device_flags_hint(message: str) -> str:
+def device_flags_hint(message: str, accelerator: object = "auto") -> str:
     """For Lightning's messages about --accelerator or --devices: its lists leave out gpu and this machine's."""
     if "accelerator name" in message:
         return "--accelerator takes cpu, gpu (any GPU PyTorch can use), cuda, mps, tpu or auto."
+    name = str(accelerator).lower()
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    if "devices" in message and (name == "cpu" or (name == "auto" and not gpu)):  # -1 (all) is for GPUs only
+        return (
+            f"On the CPU, --devices takes a number of processes, 1 to {os.cpu_count()} (this machine's cores), or auto."
+        )
     if "devices" in message:
         return (
             "--devices takes a count like 1, a list of GPU indices like [0, 1], -1 for all, or auto; this machine "

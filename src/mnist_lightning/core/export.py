@@ -34,7 +34,8 @@ def export(config: Namespace) -> dict[str, Path]:
     run_dir = Path(config.ckpt_path).resolve().parent.parent  # <run>/checkpoints/x.ckpt
     if output_dir.resolve().is_relative_to(run_dir) and (run_dir / RUN_RECORD).is_file():
         lock(run_dir)  # exports into a run's folder: not while the run itself is writing it
-    made = [folder for folder in (output_dir, *output_dir.parents) if not folder.exists()]  # by lock, below
+    # Made by lock, below (os.path.exists: a name too long is not there, and lock refuses it).
+    made = [folder for folder in (output_dir, *output_dir.parents) if not os.path.exists(folder)]
     lock(output_dir)  # before any work: a folder that cannot be written, or one another export is writing
     paths = {name: output_dir / f"model.{name}" for name in config.formats}
     paths["preprocessing"] = output_dir / "preprocessing.json"

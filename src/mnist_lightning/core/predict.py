@@ -7,6 +7,7 @@ import io
 import logging
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -190,7 +191,21 @@ def print_table(rows: list[dict], max_rows: int, min_confidence: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: predict(parse_command_line(build_parser(), argv)), USER_ERRORS)
+    config, started = None, time.time_ns()
+
+    def run() -> None:
+        nonlocal config
+        config = parse_command_line(build_parser(), argv)
+        predict(config)
+
+    def where() -> str:
+        """What a stop left: --output is replaced whole or not at all, so it is this command's file or the earlier."""
+        output = config and config.output
+        if output and output.is_file() and output.stat().st_mtime_ns >= started:
+            return f"{output} was written whole (every row) before it."
+        return "no predictions were written" + (f" ({output} is as it was)." if output and output.exists() else ".")
+
+    return run_main(run, USER_ERRORS, where=where)
 
 
 if __name__ == "__main__":

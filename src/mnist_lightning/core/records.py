@@ -2,6 +2,7 @@
 same keys for training and evaluation, and files appear whole or not at all."""
 
 import fcntl
+import glob
 import json
 import os
 import resource
@@ -54,6 +55,11 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
     kept = [path for path in output_dir.iterdir() if path.name != LOCK_FILE and not is_temporary(path)]
     if kept and not clear_unstarted_run(output_dir):
         release(output_dir)
+        if running := holder(output_dir.resolve().parent):  # a folder of a run that is writing it: say which
+            raise FolderInUse(
+                f"{output_dir} is inside {running[0]}, the folder of another command that has not ended "
+                f"({running[1]}). Wait for it to end, or pass another --output_dir."
+            )
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
@@ -75,14 +81,49 @@ def clear_unstarted_run(folder: Path) -> bool:
     return True
 
 
+def holder(folder: Path) -> tuple[Path, str] | None:
+    """The folder (``folder`` or one above it) locked by another process, and the command its lock file names."""
+    for parent in (folder, *folder.parents):
+        if parent in _held or not (parent / LOCK_FILE).is_file():
+            continue
+        with suppress(OSError), open(parent / LOCK_FILE) as handle:  # one this process cannot read: not known held
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return parent, handle.read().strip() or "another process"
+    return None
+
+
+def name_problem(folder: Path) -> str | None:
+    """Why no run can be written in ``folder``, whatever the disk holds: said before anything is made."""
+    try:
+        path = str(folder.absolute()).encode()
+    except UnicodeEncodeError:  # the records (config.yaml, metrics.json) and messages name their files as text
+        return "its name is not valid UTF-8 text, which the run's records need to name its files"
+    existing = next(parent for parent in folder.absolute().parents if os.path.isdir(parent))
+    longest, room = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    if any(len(part.encode()) > longest for part in folder.parts):
+        return f"a name in its path is longer than {longest} bytes, this file system's limit"
+    if len(path) + 1 + longest > room:  # the files a run writes inside it need room for their names
+        return (
+            f"its path is {len(path)} bytes long, which leaves no room for the names of a run's files under this "
+            f"system's limit of {room} bytes"
+        )
+    return None
+
+
 def lock(folder: Path) -> None:
     """Make ``folder`` and lock it until :func:`release` or the process ends, however (the OS drops the lock), naming
     the holder to others. Making the lock file tries that it can be written (os.access says yes to root in /proc)."""
     if folder.resolve() in _held:
         return
+    if problem := name_problem(folder):
+        shown = os.fsencode(folder).decode(errors="backslashreplace")
+        raise OutputDirError(f"The output folder {shown} cannot be used: {problem}. Pass another --output_dir.")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 (held open until released: it holds the lock)
+        # The command line as text, whatever bytes its arguments hold (a file name that is not UTF-8, say).
+        handle = open(folder / LOCK_FILE, "a+", errors="backslashreplace")  # noqa: SIM115 (held: it holds the lock)
     except OSError as error:
         existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
         problem = f"{existing} is not a folder" if not existing.is_dir() else (error.strerror or str(error)).lower()
@@ -125,6 +166,10 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        for left in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):  # by a write killed midway (kill -9)
+            pid = left.name.removeprefix(f".{path.name}.").removesuffix(".partial")
+            if pid.isdigit() and not process_exists(int(pid)):
+                left.unlink(missing_ok=True)
         with open(temporary, "wb") as file:
             yield file
             file.flush()
@@ -135,6 +180,16 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     finally:  # after a failed or stopped write (after the rename, there is no temporary file)
         if temporary.exists():
             temporary.unlink()
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether there is such a process
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def is_temporary(path: Path) -> bool:

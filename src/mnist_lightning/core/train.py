@@ -72,9 +72,12 @@ def train(
         check_tested(trainer)
     except (UserError, MisconfigurationException) as error:  # the test data or a test setting: the fit is kept
         last = run_dir / "checkpoints" / "last.ckpt"
+        fix = f"{run_dir} keeps the fit's record and logs, but no checkpoint to test: once that is fixed, run the "
+        fix += "command again with a new --output_dir"
         if last.is_file():
-            fix = f"once that is fixed, `{resume_hint(run_dir)}` tests it (with any corrected option added)"
-            error.args = (f"{str(error).rstrip('.')}. {last} keeps the trained epochs: {fix}.",)
+            fix = f"{last} keeps the trained epochs: once that is fixed, `{resume_hint(run_dir)}` tests it (with any "
+            fix += "corrected option added)"
+        error.args = (f"{str(error).rstrip('.')}. {fix}.",)
         raise
     metrics = run_metrics(
         trainer,
@@ -151,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             job = build_training(parse_args(argv))
             try:
                 train(job.trainer, job.model, job.datamodule, job.ckpt_path)
-            except BaseException:  # a new run that fails before its first checkpoint leaves no folder behind
-                if not job.resuming and job.trainer.is_global_zero:
+            except BaseException:  # a new run that fails before its fit finished leaves no half-made folder behind
+                if not job.resuming and job.trainer.is_global_zero and not fit_finished(job.trainer):
                     discard_new_run(job.run_dir)
                 raise
         except SystemExit as stop:  # how Lightning ends a Trainer call stopped by SIGTERM, or by Ctrl-C (exit 1)
@@ -182,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(run, (*USER_ERRORS, NothingTrainedError), stops_itself, lambda: where_the_run_stands(job))
 
 
+def fit_finished(trainer: Trainer) -> bool:
+    """The fit ended by its own limits, having trained: what the run wrote is its result, whatever fails after it."""
+    state = trainer.state
+    return trainer.global_step > 0 and (state.fn == TrainerFn.TESTING or state.status == TrainerStatus.FINISHED)
+
+
 def where_the_run_stands(training: Training | None) -> str:
     if training is None:
         return "before training started. Run the same command again to start it."
@@ -195,7 +204,16 @@ def where_the_run_stands(training: Training | None) -> str:
     last = training.run_dir.resolve() / "checkpoints" / "last.ckpt"  # as in the resume command; never capitalized
     if last.is_file():
         return f"{last} holds the epochs finished before. Resume with:\n  {resume_hint(training.run_dir)}"
-    return "before the first epoch ended: there is no progress to resume. Run the same command again to start over."
+    if fit_finished(training.trainer):
+        return (
+            f"the fit finished, and {training.run_dir} keeps every file the run wrote ({RUN_RECORD}, its logs of every "
+            "epoch and of the test if it ran). With no checkpoint (--enable_checkpointing false) it cannot be resumed "
+            "to write the rest: once the cause is fixed, run the same command again with a new --output_dir."
+        )
+    return (
+        "no checkpoint holds its progress (it stopped before the first epoch ended, or --enable_checkpointing false "
+        "keeps none), so there is nothing to resume. Run the same command again to start over."
+    )
 
 
 if __name__ == "__main__":
