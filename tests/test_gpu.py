@@ -132,14 +132,13 @@ def test_mixed_precision_on_the_rungs(fake_mnist, tmp_path, monkeypatch, device,
 
 # end with_ladder
 @pytest.mark.parametrize("device", DEVICES)
-def test_no_host_sync_per_training_step_on_any_rung(fake_mnist, tmp_path, monkeypatch, device):
+def test_no_host_sync_per_training_step(fake_mnist, tmp_path, monkeypatch, device):
     """Each epoch may sync a few times (the epoch loss comes back, checkpoints are written); a step must not.
-    The plain and Fabric rungs are counted over their whole run (2 epochs of 100 steps), the Trainer epoch by
-    epoch (20 steps each)."""
+    The Trainer is counted epoch by epoch (20 steps each)."""
     from lightning.pytorch import Callback
 
     # with_ladder:
-    for rung in RUNGS:
+    for rung in RUNGS:  # the plain and Fabric rungs, over their whole run (2 epochs of 100 steps)
         syncs: list[int] = []
         flags = ["--data_dir", str(fake_mnist), *RUNG_STEPS, "--output_dir", str(tmp_path / rung)]
         with counting_host_syncs(syncs, device):
