@@ -58,7 +58,7 @@ class Classifier(LightningModule):
 
     def on_train_start(self) -> None:
         # Compiled here, after the sanity check and the model summary: compiled by their inference-mode calls first,
-        # the training code differed in the last bits from a loop that trains first (the ladder's rungs, on a GPU).
+        # the training code differed in the last bits, on a GPU, from a plain loop's, which trains first.
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
             self.net.compile(dynamic=True)  # in place: same checkpoint keys; dynamic: one code for all batch sizes
 
