@@ -1,6 +1,7 @@
 """One run per folder at a time: a second command that would write into a folder a run is using is refused,
 naming the running one, and nothing of the two is mixed; a killed run's lock does not outlive it."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -120,20 +121,27 @@ def test_an_output_folder_name_the_system_cannot_hold_is_refused(flags, checkpoi
     assert "Pass another --output_dir." in message and not (tmp_path / "out").exists()
 
 
-def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkpoint, capsys):
-    """export.py's default folder is <run>/checkpoints/exports: not while the run holds its folder."""
-    from mnist_lightning.core.export import main
-
-    run = Path(checkpoint).parent.parent
+@contextlib.contextmanager
+def run_in_progress(run: Path):
+    """Another process holds the run's folder, as a training that has not ended does."""
     holder = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); print(1, flush=True)"
     process = subprocess.Popen(
         [sys.executable, "-c", holder + "; time.sleep(60)", str(run / ".lock")], stdout=subprocess.PIPE, text=True
     )
     try:
         process.stdout.readline()  # the lock is held
-        assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
+        yield
     finally:
         process.kill()
+
+
+def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkpoint, capsys):
+    """export.py's default folder is <run>/checkpoints/exports: not while the run holds its folder."""
+    from mnist_lightning.core.export import main
+
+    run = Path(checkpoint).parent.parent
+    with run_in_progress(run):
+        assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
     assert "is in use by another command that has not ended" in one_line(capsys.readouterr().err)
     assert not (run / "checkpoints" / "exports" / "model.pt2").exists()
 
@@ -169,15 +177,8 @@ def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(c
     from mnist_lightning.core.evaluate import main
 
     run = Path(checkpoint).parent.parent
-    holder = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); print(1, flush=True)"
-    process = subprocess.Popen(
-        [sys.executable, "-c", holder + "; time.sleep(60)", str(run / ".lock")], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        process.stdout.readline()  # the lock is held
+    with run_in_progress(run):
         assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / "checkpoints")]) == 2
-    finally:
-        process.kill()
     message = one_line(capsys.readouterr().err)
     assert f"is inside {run}, the folder of another command that has not ended" in message, message
     recorded = " ".join((run / ".lock").read_text().split())  # the command that holds the run, as it wrote it
