@@ -172,14 +172,28 @@ def test_commands_started_in_one_second_get_a_run_folder_each(tmp_path):
     assert len(set(folders)) == 4, folders
 
 
-def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(checkpoint, capsys):
-    """`evaluate.py --output_dir <run>/checkpoints` while the run trains: in use by its command, not an earlier run."""
+@pytest.mark.parametrize("inside", ["checkpoints", "new/folder"])
+def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(checkpoint, capsys, inside):
+    """`evaluate.py --output_dir <run>/checkpoints` (or a folder not made yet) while the run trains: refused, in use
+    by its command, and not as an earlier run's."""
     from mnist_lightning.core.evaluate import main
 
     run = Path(checkpoint).parent.parent
     with run_in_progress(run):
-        assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / "checkpoints")]) == 2
+        assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / inside)]) == 2
+    assert not (run / "new").exists()
     message = one_line(capsys.readouterr().err)
     assert f"is inside {run}, the folder of another command that has not ended" in message, message
     recorded = " ".join((run / ".lock").read_text().split())  # the command that holds the run, as it wrote it
     assert recorded in message and "earlier run" not in message and not (run / "checkpoints" / "config.yaml").exists()
+
+
+def test_an_export_into_a_folder_of_another_run_that_is_writing_it_is_refused(checkpoint, tmp_path, capsys):
+    from mnist_lightning.core.export import main
+
+    running = tmp_path / "running"
+    running.mkdir()
+    with run_in_progress(running):
+        assert main(["--ckpt_path", checkpoint, "--output_dir", str(running / "exports"), "--formats", "pt2"]) == 2
+    assert f"is inside {running}, the folder of another command" in one_line(capsys.readouterr().err)
+    assert not (running / "exports").exists()

@@ -16,7 +16,7 @@ from jsonargparse import ArgumentParser, Namespace
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser, parse_command_line
 from .errors import UserError, WriteError, run_main
-from .records import RUN_RECORD, json_text, lock, release
+from .records import RUN_RECORD, json_text, lock, refuse_inside_a_running_run, release
 
 
 def build_parser() -> ArgumentParser:
@@ -34,6 +34,7 @@ def export(config: Namespace) -> dict[str, Path]:
     run_dir = Path(config.ckpt_path).resolve().parent.parent  # <run>/checkpoints/x.ckpt
     if output_dir.resolve().is_relative_to(run_dir) and (run_dir / RUN_RECORD).is_file():
         lock(run_dir)  # exports into a run's folder: not while the run itself is writing it
+    refuse_inside_a_running_run(output_dir)  # nor into any other run's that is being written
     # Made by lock, below (os.path.exists: a name too long is not there, and lock refuses it).
     made = [folder for folder in (output_dir, *output_dir.parents) if not os.path.exists(folder)]
     lock(output_dir)  # before any work: a folder that cannot be written, or one another export is writing

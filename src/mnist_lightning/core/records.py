@@ -50,16 +50,12 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
             except OSError:  # cannot be made: lock says why
                 break
     output_dir = Path(output_dir)
+    refuse_inside_a_running_run(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
     # A write's temporary file is what a run killed while writing its record leaves: it goes.
     kept = [path for path in output_dir.iterdir() if path.name != LOCK_FILE and not is_temporary(path)]
     if kept and not clear_unstarted_run(output_dir):
         release(output_dir)
-        if running := holder(output_dir.resolve().parent):  # a folder of a run that is writing it: say which
-            raise FolderInUse(
-                f"{output_dir} is inside {running[0]}, the folder of another command that has not ended "
-                f"({running[1]}). Wait for it to end, or pass another --output_dir."
-            )
         raise OutputDirError(
             f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
             "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
@@ -79,6 +75,15 @@ def clear_unstarted_run(folder: Path) -> bool:
     for path in entries:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     return True
+
+
+def refuse_inside_a_running_run(folder: Path) -> None:
+    """A folder inside the folder of a run that another command is writing: refused, naming that command."""
+    if running := holder(folder.resolve().parent):
+        raise FolderInUse(
+            f"{folder} is inside {running[0]}, the folder of another command that has not ended "
+            f"({running[1]}). Wait for it to end, or pass another --output_dir."
+        )
 
 
 def holder(folder: Path) -> tuple[Path, str] | None:
