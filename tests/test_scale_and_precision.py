@@ -1,6 +1,7 @@
 """DDP on two CPU processes, bf16 mixed and true precisions, determinism, and the classic SGD config."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,15 @@ def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
     assert steps  # the CSV logger wrote, once
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]  # no second run folder from rank 1
     assert result.stdout.decode().count("Test accuracy") == 1  # only rank 0 prints the summary
+    # A run stopped before its first checkpoint (its record alone) is started over by its resume command, by every
+    # process: rank 1 too, which is given that command's --ckpt_path last by Lightning.
+    unstarted = tmp_path / "unstarted"
+    unstarted.mkdir()
+    shutil.copy(output_dir / "config.yaml", unstarted / "config.yaml")
+    resume = ["--output_dir", str(unstarted), "--ckpt_path", "last", "--data.data_dir", str(fake_mnist)]
+    result = subprocess.run([sys.executable, "scripts/train.py", *resume], cwd=ROOT, capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert json.loads((unstarted / "metrics.json").read_text())["devices"] == 2
 
 
 @pytest.mark.real_data

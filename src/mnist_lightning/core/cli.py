@@ -543,7 +543,8 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         shared = config.output_dir or os.environ.get(RUN_DIR_VARIABLE)
         if not shared:
             raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
-        return Path(shared), resuming
+        # Given rank 0's command: a --ckpt_path last that rank 0 turned into a new start (no checkpoint) is one here.
+        return Path(shared), resuming and (Path(shared) / "checkpoints" / "last.ckpt").is_file()
     last = run_dir / "checkpoints" / "last.ckpt"
     if resuming and not config.output_dir:
         raise UserError(
