@@ -27,7 +27,8 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("MNIST_DATA_DIR", "PYTHO
 }
 # The environment running this test has cruft (the dev extra): the project's make targets use it, as they would use
 # the project's own .venv once `make install` made it.
-MAKE = ["make", "-o", ".venv/.installed", f"BIN={Path(sys.executable).parent}"]
+# --no-print-directory: under `make test-all` (CI) this make is a sub-make, which would add its directory lines.
+MAKE = ["make", "--no-print-directory", "-o", ".venv/.installed", f"BIN={Path(sys.executable).parent}"]
 ANSWERS = {**CUSTOM, "with_ladder": False}
 CONFLICT = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.MULTILINE)  # the lines git writes around a conflict
 

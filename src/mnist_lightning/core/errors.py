@@ -102,6 +102,7 @@ def run_main(
     except SystemExit as stop:
         if stop.code != TERMINATED:
             raise
+        end_process_group()
         if reports_for_the_run():
             print(f"\nStopped by SIGTERM: {where()}" if where else "\nStopped by SIGTERM.", file=sys.stderr)
         return TERMINATED

@@ -61,8 +61,10 @@ def lightning_notes_ignored() -> Iterator[None]:
 
 
 def end_process_group() -> None:
-    """Destroy the process group of a distributed run that ended well (after an error, the others may be in a
-    collective), as PyTorch advises: Lightning 2.6 does it for NCCL only; a gloo group left to exit can SIGABRT."""
+    """Destroy the process group of a distributed run that ended well, or that SIGTERM stopped (every process after
+    the same batch: callbacks.StopTogether), as PyTorch advises (after an error, the others may be in a collective):
+    Lightning 2.6 does it for NCCL only; a gloo group left to exit can SIGABRT ("terminate called without an active
+    exception")."""
     import torch.distributed as dist  # here: this module is imported before torch
 
     if dist.is_available() and dist.is_initialized():
