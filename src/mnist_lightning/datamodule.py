@@ -1,12 +1,11 @@
-import os
 from functools import partial  # only with_digit_photos
 from pathlib import Path
 from typing import Annotated, Literal
 
 import torch
+from annotated_types import Ge
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
-from .core.checks import check_hyperparameters
 from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
 from .in_memory import InMemoryDataModule, Samples, normalize
 from .mnist_files import read_mnist
@@ -36,16 +35,13 @@ class MNISTDataModule(InMemoryDataModule):
         self,
         data_dir: str = "data",
         dataset: Literal["mnist", "fashion_mnist", "kmnist"] = "mnist",
-        batch_size: Annotated[int, ">= 1"] = 4096,
-        val_size: Annotated[int, ">= 1"] = 5_000,
+        batch_size: Annotated[int, Ge(1)] = 4096,
+        val_size: Annotated[int, Ge(1)] = 5_000,
         split_seed: int = 0,
-        num_workers: Annotated[int, ">= 0"] = 0,
+        num_workers: Annotated[int, Ge(0)] = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        check_hyperparameters(self)
-        if num_workers > (cores := os.cpu_count() or 1):
-            raise ValueError(f"num_workers must be between 0 and {cores} (this machine's cores), got {num_workers}")
         self.torchvision_class, self.mean, self.std = DATASETS[dataset]
         self.raw_folder = Path(data_dir) / self.torchvision_class.__name__ / "raw"
         self.files: list | None = None  # parsed by prepare_data, for setup

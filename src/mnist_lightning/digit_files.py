@@ -14,10 +14,15 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torchvision.datasets.mnist import read_image_file
 
-from .core.errors import NothingToPredict
 from .preprocessing import STEPS, NoInkError, to_model_input
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
+
+
+class NothingToPredict(ValueError):
+    """A file given to predict.py holds no input (a blank picture, say)."""
+
+    blank = True  # predict.py reports the file as blank, not as unreadable
 
 
 class UnreadableFile(ValueError):

@@ -2,12 +2,12 @@ from typing import Annotated
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge, Gt, Lt
 from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from .core.checks import check_hyperparameters, check_network
 from .model import NetworkFactory, SimpleNN
 from .optim import OptimizerName, ScheduleName, configure
 
@@ -25,25 +25,21 @@ class Classifier(LightningModule):
         compile: Compile the network with ``torch.compile`` (checkpoints keep the same keys).
     """
 
-    monitorable = ("train/loss", "val/loss", "val/acc")  # what it logs during fit, for callbacks to monitor
-
     def __init__(
         self,
         input_shape: tuple[int, ...],
         num_classes: int,
         net: NetworkFactory = SimpleNN,
         optimizer: OptimizerName = "adam",
-        lr: Annotated[float, "> 0", "<= 3.4e37"] = 0.02,  # float32's largest / 10: Adam's first step is lr / 0.1
-        momentum: Annotated[float, ">= 0", "< 1"] = 0.9,  # at 1, past gradients never fade
-        weight_decay: Annotated[float, ">= 0"] = 0.0,
+        lr: Annotated[float, Gt(0)] = 0.02,  # bounds: checked by the command line's parser
+        momentum: Annotated[float, Ge(0), Lt(1)] = 0.9,  # at 1, past gradients never fade
+        weight_decay: Annotated[float, Ge(0)] = 0.0,
         lr_schedule: ScheduleName = "cosine",
         compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
-        check_hyperparameters(self)
         self.net = net(tuple(input_shape), num_classes)
-        check_network(self.net, self.example_input_array, num_classes)  # now, not at the first batch
         self.train_loss = MeanMetric(nan_strategy="disable")  # means over samples, NaN kept: a diverged run shows
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
         self.val_loss, self.test_loss = MeanMetric(nan_strategy="disable"), MeanMetric(nan_strategy="disable")

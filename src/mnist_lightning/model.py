@@ -5,13 +5,6 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-# The same setting in every training script (torch.set_float32_matmul_precision), so they stay bit-identical.
-MATMUL_HELP = (
-    "float32 matrix products: highest (full float32), high (TensorFloat32 on GPUs with Tensor Cores: faster, "
-    "about 3 decimal digits per product) or medium (bfloat16)"
-)
-
-
 # What --net takes: a network class (or any callable) taking the shape of one sample and the number of classes first.
 NetworkFactory = Callable[[tuple[int, ...], int], nn.Module]
 

@@ -20,40 +20,21 @@ from .errors import UserError
 RECORDED = ("train/loss", "val/loss", "val/acc")
 
 
-class DivergedError(Exception):
+class DivergedError(UserError):
     exit_code = 1
 
 
 class BatchCheck(Callback):
-    """Each stage's first batch against the data module's input_shape and num_classes, and a later one if its step
-    fails (checking each would cost every step): a batch that breaks them is named with its data module, not found
-    by a traceback from the step (a module of other batches drops it)."""
-
-    batch: tuple[Any, int] = (None, 0)  # the batch in progress and its index
-
-    def check(self, trainer: Trainer, pl_module: LightningModule, batch: Any, which: str) -> None:
-        loader = f"{trainer.state.stage.dataloader_prefix}_dataloader"  # train_, val_ or test_dataloader
-        hparams, dtype = pl_module.hparams, None if "mixed" in str(trainer.precision) else pl_module.dtype
-        check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes, dtype, which)
+    """Each stage's first batch against the data module's input_shape and num_classes: a batch that breaks them is
+    named with its data module, not found by a traceback from the step."""
 
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.batch = (batch, batch_idx)
         if batch_idx == 0:
-            self.check(trainer, pl_module, batch, "the first batch")
+            loader = f"{trainer.state.stage.dataloader_prefix}_dataloader"  # train_, val_ or test_dataloader
+            hparams, dtype = pl_module.hparams, None if "mixed" in str(trainer.precision) else pl_module.dtype
+            check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes, dtype)
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
-
-    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        """Its diagnosis goes with the exception (checks.data_module_errors says it): raised here, it would cut
-        Lightning's clean-up short."""
-        batch, index = self.batch
-        if index > 0 and trainer.state.stage and not isinstance(exception, UserError | KeyboardInterrupt):
-            try:
-                self.check(trainer, pl_module, batch, f"batch {index}")
-            except UserError as problem:
-                exception.batch_problem = problem
-            except Exception:  # a device left unusable by the error (a CUDA assert): the error says it
-                pass
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""

@@ -3,7 +3,6 @@
 import json
 import os
 import pickle
-import re
 import warnings
 import zipfile
 from pathlib import Path
@@ -17,15 +16,13 @@ from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..lightning_module import Classifier
-from .checks import ModelSettingError
 from .errors import UserError
-from .messages import explain, first_line
 from .records import replaced
 
 RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")
 
 
-class CheckpointError(Exception):
+class CheckpointError(UserError):
     """A checkpoint file is missing, damaged or not one of this project's; the message says which."""
 
 
@@ -42,38 +39,20 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     try:
         model = Classifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
-    except Exception as error:  # a class not importable here, or settings of another program or version
-        if isinstance(error, RuntimeError) and "Error(s) in loading state_dict" in str(error):  # torch's wording
-            raise CheckpointError(
-                f"{path} holds weights that its recorded network cannot take as its code is now "
-                f"({weights_problem(error)}): the network's code has changed since it was trained, or the file was "
-                "edited. Pass a checkpoint written by scripts/train.py with the network's code as it is now."
-            ) from error
-        if isinstance(error, ModelSettingError):  # built, but refused: the settings recorded are not the weights'
-            raise CheckpointError(
-                f"{path} records settings that do not build a network for its weights ({first_line(error)}): the file "
-                "was edited after scripts/train.py wrote it. Pass a checkpoint as train.py wrote it."
-            ) from error
-        named = re.search(r"class_path[= ]'([^']+)'", str(error))
+    except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
         raise CheckpointError(
-            f"{path} was trained with {named[1] if named else 'settings of another program or version'}, which "
-            f"cannot be built here: {first_line(error)}. Make its module importable (install its package, or add "
-            "its folder to PYTHONPATH), or pass a checkpoint written by this project's scripts/train.py."
+            f"{path} was trained with settings or classes that cannot be built here ({error}). Make the modules of "
+            "its --net and --data importable (install their package, or add their folder to PYTHONPATH), or pass a "
+            "checkpoint written by this project's scripts/train.py."
+        ) from error
+    except RuntimeError as error:  # torch: the recorded network cannot take the weights
+        raise CheckpointError(
+            f"{path} holds weights that its recorded network cannot take as its code is now: the network's code has "
+            f"changed since it was trained, or the file was edited. PyTorch: {error}"
         ) from error
     refuse_non_finite(model, path)
-    if data_overrides:  # checked by the data module in its own terms, and named as the user gave them
-        try:
-            datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
-        except ArgumentError as error:  # by the data module's signature: worded as train.py's parser words it
-            # ("module" is instantiate_module's name for what train.py calls --data)
-            raise UserError(explain(str(error).replace('"module"', '"data"', 1))) from error
-        except Exception as error:  # by the data module's own checks, which name the argument (or not)
-            message = first_line(error)
-            flags = {k: f"--{'' if k == 'batch_size' else 'data.'}{k}" for k in data_overrides}
-            if named := next((k for k in flags if message.startswith(f"{k} ")), None):  # "val_size 0 is out of ..."
-                raise UserError(f"{flags[named]}{message[len(named) :]}.") from error
-            given = " ".join(f"{flag} {data_overrides[k]}" for k, flag in flags.items())
-            raise UserError(f"{given}: {message}.") from error
+    if data_overrides:  # refused, if at all, by jsonargparse or the data module in their own words
+        datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
@@ -102,7 +81,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from error
     except Exception as error:  # torch raises many types for one meaning
         raise CheckpointError(
-            f"{path} is not a PyTorch checkpoint, or it is damaged ({path.stat().st_size} bytes; {first_line(error)}). "
+            f"{path} is not a PyTorch checkpoint, or it is damaged ({path.stat().st_size} bytes; {error}). "
             "Pass another checkpoint, or a copy of this one from a backup."
         ) from error
     missing = [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]
@@ -124,8 +103,8 @@ def load_weights(model: LightningModule, path: str | Path, resuming: bool = Fals
         if resuming:
             raise CheckpointError(
                 f"{path}, the resume point of this run, holds weights that its network {type(model.net).__name__} "
-                f"cannot take as its code is now ({weights_problem(error)}): the network's code has changed since the "
-                "run started. Restore that code to resume the run, or start a new run."
+                f"cannot take as its code is now: the network's code has changed since the run started. Restore that "
+                f"code to resume the run, or start a new run. PyTorch: {error}"
             ) from error
         trained = contents["hyper_parameters"]
         net, advice = trained.get("net"), "."
@@ -147,12 +126,6 @@ def load_weights(model: LightningModule, path: str | Path, resuming: bool = Fals
             f"{path} holds the weights of another network than this run's {type(model.net).__name__}{advice}"
         ) from error
     refuse_non_finite(model, path)
-
-
-def weights_problem(error: RuntimeError) -> str:
-    """The first of torch's reasons (its first line only names the module), cut to a sentence's length."""
-    lines = [line.strip().rstrip(".") for line in str(error).splitlines()[1:] if line.strip()] or [first_line(error)]
-    return lines[0] if len(lines[0]) <= 160 else f"{lines[0][:157]}..."
 
 
 def refuse_non_finite(model: LightningModule, path: str | Path) -> None:

@@ -3,27 +3,23 @@ is a top-level flag and config-file key (LightningCLI would nest them: ``--train
 a class path, their arguments as ``--net.NAME``. Each run records its resolved configuration in ``<run>/config.yaml``.
 """
 
-import importlib
 import importlib.util
 import inspect
 import itertools
 import json
 import logging
 import os
-import re
 import shlex
 import sys
-import traceback
-import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 import yaml
-from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, DefaultHelpFormatter, Namespace
-from jsonargparse.typing import register_type, restricted_number_type
+from annotated_types import Ge
+from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
@@ -33,32 +29,18 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..lightning_module import Classifier
-from ..model import MATMUL_HELP
-from .callbacks import BatchCheck, DivergedError, EpochHistory, EpochTimer, StopTogether, progress_display
+from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
-    CheckpointError,
     best_checkpoint,
     completed_epochs,
     last_checkpoint,
     load_weights,
     read_checkpoint,
 )
-from .checks import (
-    ModelSettingError,
-    NetworkMismatchError,
-    check_config_file,
-    check_data_methods,
-    check_launched,
-    check_monitors,
-    check_ranges,
-    data_module_errors,
-    data_sizes,
-    refuse_empty_training,
-)
-from .devices import check_accelerator, device_flags_hint, missing_package
-from .errors import UserError, WriteError
-from .messages import NETWORK_RULE, NOISE, closest, either, explain, first_line
+from .checks import check_launched, check_network, check_schedule, data_sizes, read_config_file
+from .devices import check_gpu
+from .errors import UserError
 from .records import (
     RUN_RECORD,
     CSVLog,
@@ -72,9 +54,8 @@ from .records import (
 )
 from .workarounds import lightning_notes_ignored
 
-# Errors raised in the user's terms, printed as messages; Lightning's MisconfigurationException: settings wrong only
-# once the data is known (a --limit_train_batches fraction below one batch), its messages name the setting and the fix.
-USER_ERRORS = (CheckpointError, OutputDirError, DivergedError, MisconfigurationException, WriteError)
+# Lightning's error for a setting that cannot work, raised by Lightning or by a data module: printed as a paragraph.
+USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
 # What a resumed run may change (how long it trains, where and how it shows progress): not what makes the run.
@@ -97,32 +78,13 @@ COUNT_OR_FRACTION = {
     "limit_predict_batches": (None, "Prediction batches (default: all)"),
     "overfit_batches": (0.0, "Training batches to overfit, the same for validation (default: none)"),
 }
-# --batch_size of every script: Python's index type takes no larger one (a DataLoader's islice would fail). Parsed as
-# a plain int (each value checked by the deserializer): the type's own instances would be pickled into checkpoints.
-BatchSize = restricted_number_type("BatchSize", int, [(">=", 1), ("<=", sys.maxsize)])
-register_type(  # over jsonargparse's own registration of it (4.43 makes one)
-    BatchSize, int, lambda value: int(BatchSize(value)), type_check=lambda *_: False, fail_already_registered=False
-)
-
-
-class ReadableHelp(DefaultHelpFormatter):
-    """--help from the classes' docstrings without Sphinx markup, their "Default:" sentences (the parser's true
-    default follows each flag) or the list of every ``nn.Module`` in torch after --net."""
-
-    def _get_help_string(self, action) -> str:
-        text = re.sub(r", known subclasses: [^)]*", "", super()._get_help_string(action))
-        text = text.replace("(required, ", "(") if action.nargs == "*" else text  # jsonargparse: no default allowed
-        return re.sub(r"Default: (``[^`]*``|[^.]*)\.\s*|Disabled by default \(None\)\.\s*", "", text)
-
-    def format_help(self) -> str:
-        return re.sub(r":\w+:`~?([^`]+)`", r"\1", super().format_help()).replace("``", "")
+BatchSize = Annotated[int, Ge(1)]  # --batch_size of every script
 
 
 class Parser(ArgumentParser):
-    """ReadableHelp on ``--data.help CLASS`` and ``--net.help CLASS`` too: jsonargparse makes a parser of this class."""
+    """Every script's parser (and jsonargparse's for ``--data.help CLASS``): flags are never abbreviated."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", ReadableHelp)
         kwargs.setdefault("allow_abbrev", False)  # --max_epoch is a mistake to name, not --max_epochs silently
         super().__init__(*args, **kwargs)
 
@@ -152,7 +114,11 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument("--quiet", type=bool, default=False, help="No progress bar, model summary or banners.")
     parser.add_argument(
-        "--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="high", help=MATMUL_HELP
+        "--float32_matmul_precision",
+        type=Literal["highest", "high", "medium"],
+        default="high",
+        help="float32 matrix products: highest (full float32), high (TensorFloat32 on GPUs with Tensor Cores) or "
+        "medium (bfloat16); torch.set_float32_matmul_precision.",
     )
     # The data's sizes are the data module's to give, not options (build_model_and_data).
     parser.add_class_arguments(Classifier, nested_key=None, instantiate=False, skip={"input_shape", "num_classes"})
@@ -194,23 +160,23 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     argv = [arg for arg in argv if arg not in print_config]
     parser = build_parser()
     options = [key for key in vars(parser.get_defaults()) if key != "config"]  # in the order a record writes them
-    files = {path: check_config_file(Path(path), options) for path in flag_values(argv, "--config")}
+    files = {path: read_config_file(path) for path in flag_values(argv, "--config")}
     refuse_data_batch_size(argv, files)
-    check_imports(argv, files)
     # The flags that say which run this is win over any config file, wherever it comes: a record given after
     # --output_dir R --ckpt_path last (whose output_dir and ckpt_path are null) must not turn the resume into a new run.
     argv += [arg for flag in RUN_FLAGS if (value := flag_value(argv, flag)) is not None for arg in (flag, value)]
     # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
     # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
     record = resume_record(flag_value(argv, "--output_dir"), flag_value(argv, "--ckpt_path"))
-    config = None if record else parse(parser, argv)
+    config = None if record else parser.parse_args(argv)
     record = record or resume_record(config.output_dir, config.ckpt_path)
     if record:
         refuse_cut_record(record, options)
-        check_imports([], {record: check_config_file(Path(record), options)})  # edited by hand, perhaps
-        recorded = parse(parser, ["--config", record])  # alone: a bad value there is the record's, whatever is typed
-        config = parse(parser, ["--config", record, *argv])
+        read_config_file(record)  # edited by hand, perhaps
+        recorded = parser.parse_args(["--config", record])  # alone: a bad value there is the record's
+        config = parser.parse_args(["--config", record, *argv])
         refuse_changes(recorded, config)
+    check_schedule(config)
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
         skip_none = any("skip_null" in arg for arg in print_config)
@@ -229,45 +195,11 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return (flag_values(argv, flag) or [None])[-1]
 
 
-def parse(parser: ArgumentParser, args: list[str]) -> Namespace:
-    """:func:`parse_command_line` with the ranges checked, in a config file's terms where its value was refused."""
-    try:
-        config = parse_command_line(parser, args)
-        check_ranges(config, Classifier)
-    except UserError as error:
-        raise UserError(config_file_wording(str(error), args)) from error
-    return config
-
-
-def config_file_wording(message: str, args: list[str]) -> str:
-    """A message about ``--NAME VALUE`` from a config file in its terms: ``max_epochs: two in the config file mine.yaml
-    is not a whole number``. jsonargparse checks a file's values as it reads them, even ones a typed flag overrides:
-    the value the message shows tells which was refused."""
-    if not (flag := re.match(r"--([\w.]+)", message)):
-        return message
-    given, rest = flag_values([arg.replace(".init_args.", ".") for arg in args], flag[0]), message[flag.end() :]
-    for path in reversed(flag_values(args, "--config")):  # the last file given wins
-        node, keys = yaml.safe_load(Path(path).read_text()), []
-        for name in flag[1].split("."):  # --data.NAME: data: init_args: NAME, or data: NAME (jsonargparse takes both)
-            if isinstance(node, dict) and name not in node and isinstance(node.get("init_args"), dict):
-                node, keys = node["init_args"], [*keys, "init_args"]
-            if not (isinstance(node, dict) and name in node):
-                break
-            node, keys = node[name], [*keys, name]
-        else:
-            shown = rest.startswith(f" {node} ")  # else as parsed (1e6 as 1000000.0), or none (--data.x is not ...)
-            if given and not (shown and str(node) not in given):
-                return message
-            value = f" {node}" if shown else re.match(r"(?: (?!is )\S+)?", rest)[0]
-            return f"{': '.join(keys)}{':' * bool(value)}{value} in the config file {path}{rest[len(value) :]}"
-    return message
-
-
 def refuse_data_batch_size(argv: list[str], files: dict[str, dict]) -> None:
     """The data module's batch_size is the top-level --batch_size (linked into it), which would silently win."""
     given = [arg for arg in argv if arg.split("=")[0] == "--data.batch_size"]
     for path, content in files.items():
-        data = content.get("data")
+        data = content.get("data") if isinstance(content, dict) else None
         if isinstance(data, dict) and "batch_size" in (data.get("init_args") or {}):
             given.append(f"batch_size under data: init_args: in {path}")
     if given:
@@ -275,36 +207,6 @@ def refuse_data_batch_size(argv: list[str], files: dict[str, dict]) -> None:
             f"{given[0].split('=')[0]}: the batch size is the top-level --batch_size (a top-level batch_size: in a "
             "config file), which every data module takes; give it there."
         )
-
-
-def check_imports(argv: list[str], files: dict[str, dict]) -> None:
-    """The modules of the --net and --data class paths given, imported: a user's own file that fails to import (a
-    syntax error, say) is named with its line; jsonargparse would show a traceback, or call it "not a subclass"."""
-    given = [(flag, path) for flag in ("--net", "--data") for path in flag_values(argv, flag)]
-    for content in files.values():
-        for name in ("net", "data"):
-            value = content.get(name)
-            given.append((f"--{name}", value.get("class_path") if isinstance(value, dict) else value))
-    for flag, path in given:
-        module = path.rpartition(".")[0] if isinstance(path, str) else ""
-        if not all(part.isidentifier() for part in module.split(".")):
-            continue  # not a class path: jsonargparse says what it is
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            if not module.startswith(str(error.name)):  # the module itself missing: jsonargparse's message says so
-                raise UserError(
-                    f"{flag} {path}: importing {module} failed: {first_line(error)}. Install it, or fix that import."
-                ) from error
-        except Exception as error:
-            frame = traceback.extract_tb(error.__traceback__)[-1]
-            if isinstance(error, SyntaxError):  # its own place, not the import machinery's
-                frame = traceback.FrameSummary(error.filename, error.lineno, "", line=error.text)
-            raise UserError(
-                f"{flag} {path}: importing {module} failed at {frame.filename}, line {frame.lineno}: "
-                f"{error.msg if isinstance(error, SyntaxError) else first_line(error)} ({type(error).__name__}). "
-                "Fix that file."
-            ) from error
 
 
 def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
@@ -340,34 +242,6 @@ def refuse_cut_record(record: str, options: list[str]) -> None:
         f"{record} is the record of the run being resumed, and it is incomplete or damaged: {reason} (a run writes "
         "every option there). Restore it (from a backup or a copy of the run), or start a new run."
     )
-
-
-def parse_command_line(parser: ArgumentParser, argv: list[str] | None = None) -> Namespace:
-    """``parser.parse_args(argv)`` for the other scripts: a mistake as one paragraph, not jsonargparse's usage dump."""
-    try:
-        return parser.parse_args(argv)
-    except ArgumentError as error:
-        raise parse_error(error, parser, sys.argv[1:] if argv is None else argv) from error
-
-
-def parse_error(error: ArgumentError, parser: ArgumentParser, args: list[str]) -> UserError:
-    message = explain(error)
-    # argparse takes a value that starts with '-' (--lr -inf) for an option, and says the flag got none.
-    flag = re.match(r"argument (--[\w.]+): expected one argument", message)
-    if flag and re.match(r"-(?!-)", value := flag_value(args, flag[1]) or ""):
-        message = f"{flag[1]} {value}: a value that starts with '-' is read as an option; write it {flag[1]}={value}."
-    elif flag:  # a yes/no option given as a switch, most often
-        message = f"{flag[1]} needs a value after it (a yes/no option takes true or false: {flag[1]} true)."
-    flags = [arg.split("=")[0] for arg in args]
-    # --net.NAME before --net CLASS is read as an argument of the class chosen until then
-    early = re.match(r"((--net|--data)\.\w+) is not an argument of", message)
-    if early and early[1] in flags and early[2] in flags[flags.index(early[1]) :]:
-        message += f" Give {early[2]} CLASS before its {early[2]}.NAME flags."
-    unknown = re.match(r"unrecognized arguments: --([\w.]+)", message, flags=re.IGNORECASE)  # 4.43: "Unrecognized"
-    options = [action.dest for action in parser._actions if not action.dest.endswith(("help", "+"))]
-    if unknown and (guesses := closest(unknown[1], options)):
-        message = f"--{unknown[1]} is not an option; did you mean {either(['--' + guess for guess in guesses])}?"
-    return UserError(f"{message} Run `python scripts/{parser.prog} --help` for every option and its type.")
 
 
 def compared_keys(config: Namespace) -> list[str]:
@@ -407,9 +281,8 @@ class Training:
 def build_training(config: Namespace) -> Training:
     """Everything built and the run recorded, each mistake found before Lightning's banners print; a new run that
     fails here leaves no folder behind."""
-    check_accelerator(config.accelerator, config.devices)
+    check_gpu(config.accelerator)
     check_launched(config.num_nodes)
-    refuse_empty_training(config)
     weights = start_weights(config)
     if weights:
         read_checkpoint(weights)  # refuses a missing, damaged or foreign file before anything starts
@@ -422,15 +295,12 @@ def build_training(config: Namespace) -> Training:
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built, model, datamodule = build_model_and_data(config)
-        check_data_methods(datamodule, tested=config.limit_test_batches != 0)
         if weights and not resuming:
             load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
         elif resuming:
             load_weights(model, run_dir / "checkpoints" / "last.ckpt", resuming=True)  # Lightning loads them again
         if rank_zero_only.rank == 0:
-            with data_module_errors(datamodule):
-                datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
-        check_monitors(as_list(built.callbacks), model)
+            datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
         trainer = build_trainer(built, run_dir, resuming, run_settings(config))
         record_classes(model, datamodule, config)
         if trainer.is_global_zero:
@@ -449,36 +319,15 @@ def build_training(config: Namespace) -> Training:
     )
 
 
-CLASS_OPTIONS = ("net", "data", "callbacks", "logger", "plugins")  # options that take a class path and arguments
 INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"  # how load_from_checkpoint rebuilds a class path
 
 
 def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, LightningDataModule]:
-    """``config`` with its classes built, and the model built for the data module's sizes; refusals as messages."""
-
-    # What a network warns of as it is built (torch: "Initializing zero-element tensors is a no-op") is shown only
-    # if the model accepts it: before a refusal it is noise above the message that explains it.
-    with warnings.catch_warnings(record=True) as warned:
-        built = build_classes(config)
-        sizes = data_sizes(built.data)
-        net, arguments = network_path(config.net), [str(tuple(sizes["input_shape"])), str(sizes["num_classes"])]
-        if isinstance(config.net, Namespace):
-            arguments += [f"{name}={value!r}" for name, value in (config.net.get("init_args") or {}).items()]
-        built_as = f"{net}({', '.join(arguments)})"
-        try:
-            model = Classifier(**arguments_of(Classifier, built), **sizes)
-        except NetworkMismatchError as error:  # what the network got and gave, and the rule it broke
-            raise UserError(f"{error}. --net was built as {built_as}: {NETWORK_RULE}.") from error
-        except ModelSettingError as error:  # the model's own checks, in its terms
-            raise UserError(f"{error}.") from error
-        except Exception as error:  # the network's class: its own arguments, or first ones not the data's sizes
-            raise UserError(
-                f"--net {net} could not be built for the data ({sizes['num_classes']} classes, samples of shape "
-                f"{tuple(sizes['input_shape'])}) as {built_as}: {first_line(error)}. Check its arguments "
-                f"(--net.NAME VALUE); {NETWORK_RULE}."
-            ) from error
-    for warning in warned:
-        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    """``config`` with its classes built, and the model built for the data module's sizes."""
+    built = build_parser().instantiate_classes(config)
+    sizes = data_sizes(built.data)
+    model = Classifier(**arguments_of(Classifier, built), **sizes)
+    check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
     return built, model, built.data
 
 
@@ -495,29 +344,6 @@ def start_weights(config: Namespace) -> str | None:
         return config.ckpt_path
     record = Path(config.output_dir or "") / RUN_RECORD
     return (yaml.safe_load(record.read_text()) or {}).get("ckpt_path") if record.is_file() else None
-
-
-def build_classes(config: Namespace) -> Namespace:
-    """``config`` with the class paths of :data:`CLASS_OPTIONS` built into objects."""
-    try:
-        return build_parser().instantiate_classes(config)
-    except Exception as error:  # whatever a user's class raises from its __init__
-        given = re.search(r"class_path='([^']+)'", str(error))
-        flag = next((f"--{name}" for name in CLASS_OPTIONS if given and given[1] in str(config.get(name))), "--FLAG")
-        what = f"{flag} {given[1]}" if given else "A class given by its class path"
-        # jsonargparse lists what each type of the option expected: the class's own error is the other line.
-        lines = [line.strip().removeprefix("- ") for line in str(error).splitlines()]
-        reason = next((line for line in lines if line and not line.startswith((*NOISE, "Expected a"))), "")
-        reason = reason.rstrip(".") or first_line(error)
-        missing = re.search(r"pip install|No module named|not met", reason)  # a package it needs is not installed
-        advice = (
-            "Install what it needs, as said" if missing else f"Check the arguments given to it as {flag}.NAME VALUE"
-        )
-        # The class's own error (not a refused argument: ValueError, TypeError), where it was raised
-        if (cause := error.__cause__) and cause.__traceback__ and not isinstance(cause, ValueError | TypeError):
-            frame = traceback.extract_tb(cause.__traceback__)[-1]
-            reason += f" ({type(cause).__name__} at {frame.filename}, line {frame.lineno})"
-        raise UserError(f"{what} could not be built: {reason}. {advice}.") from error
 
 
 def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
@@ -684,25 +510,8 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: di
         settings |= {"enable_progress_bar": False, "enable_model_summary": False}
     if settings["enable_progress_bar"] is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_display())
-    trainer = make_trainer("train.py", default_root_dir=run_dir, **settings)
+    with lightning_notes_ignored():
+        trainer = Trainer(default_root_dir=run_dir, **settings)
     if trainer.world_size > 1:  # only where there are processes to agree: Lightning calls every callback every step
         trainer.callbacks.append(StopTogether())
     return trainer
-
-
-def make_trainer(script: str, **settings: Any) -> Trainer:
-    """``Trainer(**settings)``, Lightning's refusal as a message about the flags of ``scripts/<script>``."""
-
-    try:
-        with lightning_notes_ignored():
-            return Trainer(**settings)
-    except (MisconfigurationException, TypeError, ValueError) as error:
-        raise UserError(
-            f"The Trainer settings are not valid: {first_line(error)}. "
-            + (
-                device_flags_hint(str(error), settings.get("accelerator", "auto"))
-                or f"Run `python scripts/{script} --help` for every option."
-            )
-        ) from error
-    except ImportError as error:  # an accelerator, strategy or precision whose package is missing
-        raise UserError(missing_package(error)) from error

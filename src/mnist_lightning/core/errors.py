@@ -1,14 +1,20 @@
-"""User mistakes end in one readable paragraph and a non-zero exit, never in a traceback."""
+"""The one error boundary of every entry point (:func:`run_main`): a mistake with the template's own commands, files
+or machine is one paragraph; a library's refusal of a value is its own message; an error in the user's code is
+Python's traceback, after a line naming the hook that failed."""
 
 import errno
+import importlib.util
 import os
 import shutil
 import signal
 import sys
+import sysconfig
 import textwrap
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 from .workarounds import apply_workarounds, end_process_group
 
@@ -17,15 +23,23 @@ INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIG
 TERMINATED = 143  # and by SIGTERM (kill, timeout, a scheduler's stop)
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+MACHINERY = Path(__file__).resolve().parent
+LIBRARIES = tuple({sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")})
+LIGHTNING = Path(importlib.util.find_spec("lightning").origin).parent  # whose checks of settings run in user hooks
+
+
 class UserError(Exception):
-    """A problem the user can fix; the message says what was wrong and what to do."""
+    """A mistake with this template's commands, files or machine; the message says what was wrong and what to do."""
 
-    def __init__(self, message: str, exit_code: int = USAGE_ERROR) -> None:
+    exit_code = USAGE_ERROR
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code or self.exit_code
 
 
-class WriteError(Exception):
+class WriteError(UserError):
     """A file could not be written (a full disk, a read-only or failing one); the message says which and why."""
 
     exit_code = 1
@@ -44,13 +58,46 @@ class WriteError(Exception):
         super().__init__(f"{path} could not be written: {reason}.")
 
 
-class NothingToPredict(ValueError):
-    """A file given to predict.py holds no input (a blank picture, say): reported as blank, not as an error."""
-
-
 def print_error(message: str) -> None:
     text = f"Error: {' '.join(message.split())}"
     print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
+
+
+def in_user_code(filename: str) -> bool:
+    """Whether a file is the user's: the package's files outside core/, or any outside the installed libraries."""
+    path = Path(filename).resolve()
+    if path.is_relative_to(PACKAGE):
+        return not path.is_relative_to(MACHINERY)
+    return not filename.startswith("<") and not str(path).startswith(LIBRARIES)
+
+
+def failed_hook(error: BaseException) -> tuple[BaseException, FrameType] | None:
+    """The error (or the one that caused it) raised in the user's code, and the first of their functions it left:
+    the hook that the machinery, Lightning or jsonargparse called."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+        if mine := [frame for frame in frames if in_user_code(frame.f_code.co_filename)]:
+            return error, mine[0]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def report_failure(error: Exception) -> int:
+    """An error not foreseen as a mistake: the user's code's with its traceback; a library's refusal of a value (also
+    Lightning's, of a setting, from within a user's hook) as its own message; the template's own faults raised on."""
+    raised_in = Path([frame for frame, _ in traceback.walk_tb(error.__traceback__)][-1].f_code.co_filename).resolve()
+    if (found := failed_hook(error)) and not raised_in.is_relative_to(LIGHTNING):
+        culprit, frame = found
+        hook = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        print(f"Error: {hook}() of your code raised {type(culprit).__name__}; its traceback:", file=sys.stderr)
+        traceback.print_exception(culprit)
+        return 1
+    if not raised_in.is_relative_to(PACKAGE):
+        print(f"Error: {str(error).strip() or type(error).__name__}", file=sys.stderr)
+        return USAGE_ERROR
+    raise error
 
 
 def reports_for_the_run() -> bool:
@@ -109,6 +156,8 @@ def run_main(
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit
         return 1
+    except Exception as error:
+        return report_failure(error)
     finally:
         from .records import release  # here: records imports this module
 

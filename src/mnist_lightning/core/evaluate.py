@@ -13,9 +13,9 @@ from lightning.pytorch import LightningDataModule, Trainer
 from ..lightning_module import Classifier
 from .callbacks import BatchCheck, progress_display
 from .checkpoints import Checkpoint, load_checkpoint
-from .checks import check_tested, data_module_errors
-from .cli import USER_ERRORS, BatchSize, Parser, make_trainer, parse_command_line
-from .devices import check_accelerator
+from .checks import check_tested
+from .cli import USER_ERRORS, BatchSize, Parser
+from .devices import check_gpu
 from .errors import run_main
 from .records import RUN_RECORD, discard_new_run, new_run_dir, replaced, run_metrics, write_json
 from .workarounds import lightning_notes_ignored
@@ -51,7 +51,7 @@ def evaluate(
 ) -> dict:
     """Test ``model`` (the weights of ``checkpoint``, recorded as the run's tested checkpoint)."""
     start = time.perf_counter()
-    with data_module_errors(datamodule), lightning_notes_ignored():
+    with lightning_notes_ignored():
         (results,) = trainer.test(model, datamodule=datamodule, verbose=False) or [{}]
     check_tested(trainer)
     seconds = time.perf_counter() - start
@@ -65,10 +65,9 @@ def evaluate(
 
 def build_and_evaluate(config: Namespace) -> dict:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
-    check_accelerator(config.accelerator, config.devices)
+    check_gpu(config.accelerator)
     checkpoint = load_with_overrides(config)
-    with data_module_errors(checkpoint.datamodule):
-        checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
+    checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     run_dir = new_run_dir(config.output_dir)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:
@@ -77,7 +76,8 @@ def build_and_evaluate(config: Namespace) -> dict:
         settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
         settings |= {"logger": False, "enable_checkpointing": False, "default_root_dir": run_dir}
         callbacks = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
-        trainer = make_trainer("evaluate.py", callbacks=callbacks, **settings)
+        with lightning_notes_ignored():
+            trainer = Trainer(callbacks=callbacks, **settings)
         return evaluate(trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs, config.ckpt_path)
     except BaseException:
         discard_new_run(run_dir)
@@ -85,7 +85,7 @@ def build_and_evaluate(config: Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: build_and_evaluate(parse_command_line(build_parser(), argv)), USER_ERRORS)
+    return run_main(lambda: build_and_evaluate(build_parser().parse_args(argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":

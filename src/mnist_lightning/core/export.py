@@ -14,7 +14,7 @@ import torch
 from jsonargparse import ArgumentParser, Namespace
 
 from .checkpoints import load_checkpoint
-from .cli import USER_ERRORS, Parser, parse_command_line
+from .cli import USER_ERRORS, Parser
 from .errors import UserError, WriteError, run_main
 from .records import RUN_RECORD, json_text, lock, refuse_inside_a_running_run, release
 
@@ -95,7 +95,7 @@ def staged(staging: Path, path: Path, save: Callable[[Path], object]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: export(parse_command_line(build_parser(), argv)), USER_ERRORS)
+    return run_main(lambda: export(build_parser().parse_args(argv)), USER_ERRORS)
 
 
 if __name__ == "__main__":

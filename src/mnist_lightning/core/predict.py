@@ -13,18 +13,17 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from .checks import data_module_errors
-from .cli import USER_ERRORS, Parser, make_trainer, parse_command_line
-from .devices import check_accelerator
-from .errors import NothingToPredict, UserError, run_main
+from .cli import USER_ERRORS, Parser
+from .devices import check_gpu
+from .errors import UserError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
-from .messages import first_line
 from .records import RUN_RECORD, replaced, write_json
+from .workarounds import lightning_notes_ignored
 
 
 def build_parser() -> ArgumentParser:
@@ -80,10 +79,9 @@ def read_files(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list]
         for path in files:
             try:
                 read = data.read_file(path)
-            except NothingToPredict as error:
-                rows.append({"input": str(path), "status": "blank", "note": str(error)})
             except Exception as error:  # one bad file (of any kind of damage) must not cost the others
-                rows.append({"input": str(path), "status": "skipped", "note": first_line(error)})
+                status = "blank" if getattr(error, "blank", False) else "skipped"  # a picture without a digit
+                rows.append({"input": str(path), "status": status, "note": str(error).strip()})
             else:
                 if wrong := sample_problem(read, shape):
                     rows.append({"input": str(path), "status": "skipped", "note": f"read_file() gives {wrong}"})
@@ -103,10 +101,9 @@ def read_loader(data, shape: tuple, ckpt_path: str) -> tuple[list[dict], list]:
             f"inputs has nothing to predict. Define predict_dataloader() in {name} to return the samples to predict, "
             f"or {files}: python scripts/predict.py FILE_OR_FOLDER ... --ckpt_path {ckpt_path}."
         )
-    with data_module_errors(data):
-        data.prepare_data()  # Lightning's place for a download or a generated file (not needed to read inputs)
-        data.setup("predict")
-        loader = data.predict_dataloader()
+    data.prepare_data()  # Lightning's place for a download or a generated file (not needed to read inputs)
+    data.setup("predict")
+    loader = data.predict_dataloader()
     batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in loader]
     samples = [sample for batch in batches for sample in batch]
     if wrong := sample_problem(samples, shape):
@@ -129,7 +126,7 @@ def sample_problem(samples: list, shape: tuple) -> str | None:
 def predict(config: Namespace) -> list[dict]:
     if config.output:
         check_output(config.output)
-    check_accelerator(config.accelerator)
+    check_gpu(config.accelerator)
     checkpoint = load_with_overrides(config)
     model, data, name = checkpoint.model, checkpoint.datamodule, type(checkpoint.datamodule).__name__
     shape = tuple(model.hparams.input_shape)
@@ -143,7 +140,8 @@ def predict(config: Namespace) -> list[dict]:
     if samples:
         logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # keep the table the only output
         options = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "devices": 1}
-        trainer = make_trainer("predict.py", accelerator=config.accelerator, enable_model_summary=False, **options)
+        with lightning_notes_ignored():
+            trainer = Trainer(accelerator=config.accelerator, enable_model_summary=False, **options)
         batches = trainer.predict(model, DataLoader(samples, data.hparams.batch_size))
         probabilities = [p for batch in batches for p in batch.cpu()]
     if not probabilities and not any(row.get("status") == "blank" for row in rows):
@@ -195,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         nonlocal config
-        config = parse_command_line(build_parser(), argv)
+        config = build_parser().parse_args(argv)
         predict(config)
 
     def where() -> str:

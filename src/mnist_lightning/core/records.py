@@ -20,7 +20,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from .errors import WriteError
+from .errors import UserError, WriteError
 
 RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
 LOCK_FILE = ".lock"  # held by the command writing into a run folder (see lock)
@@ -29,7 +29,7 @@ UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", LOCK_
 _held: dict[Path, IO] = {}  # the open lock files of this process, by folder
 
 
-class OutputDirError(Exception):
+class OutputDirError(UserError):
     """The run folder cannot be used; the message says why."""
 
 

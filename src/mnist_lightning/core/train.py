@@ -6,9 +6,6 @@ import os
 import signal
 import sys
 import time
-import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +17,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ..lightning_module import Classifier
 from .callbacks import EpochHistory, StopTogether
-from .checks import check_tested, data_module_errors
+from .checks import check_tested
 from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
 from .errors import TERMINATED, UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
-class NothingTrainedError(Exception):
+class NothingTrainedError(UserError):
     exit_code = 2
 
 
@@ -38,7 +35,7 @@ def train(
     run_dir = Path(trainer.default_root_dir)
     history = next((c for c in trainer.callbacks if isinstance(c, EpochHistory)), None)
     start = time.perf_counter()
-    with lightning_notes_ignored(), lightning_refusals_as_errors(datamodule):
+    with lightning_notes_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     if trainer.global_step == 0 and trainer.num_training_batches == 0:
@@ -65,7 +62,7 @@ def train(
     best = trainer.checkpoint_callback
     best_path = best.best_model_path if best else ""
     try:
-        with lightning_notes_ignored(), lightning_refusals_as_errors(datamodule):
+        with lightning_notes_ignored():
             results = trainer.test(
                 model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False, weights_only=True
             )
@@ -101,20 +98,6 @@ def train(
             plots = save_plots(rows, model.test_confusion_matrix, run_dir)
         print_summary(metrics, run_dir, plots)
     return metrics
-
-
-@contextmanager
-def lightning_refusals_as_errors(datamodule: LightningDataModule) -> Iterator[None]:
-    """What Lightning can only refuse once the data is known (a --val_check_interval longer than an epoch): its
-    message without the traceback, if raised by Lightning's own line (the model's errors keep theirs)."""
-    try:
-        with data_module_errors(datamodule):
-            yield
-    except (ValueError, RuntimeError) as error:
-        innermost = traceback.extract_tb(error.__traceback__)[-1].filename
-        if f"{os.sep}lightning{os.sep}pytorch{os.sep}" not in innermost:
-            raise
-        raise UserError(" ".join(str(error).split())) from error
 
 
 def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> None:
@@ -182,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         # Noted by Lightning's handler, which calls this one; it is installed only once the fit's setup is done.
         return job.trainer.received_sigterm
 
-    return run_main(run, (*USER_ERRORS, NothingTrainedError), stops_itself, lambda: where_the_run_stands(job))
+    return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job))
 
 
 def fit_finished(trainer: Trainer) -> bool:
