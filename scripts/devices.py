@@ -6,14 +6,11 @@ import logging
 import os
 import sys
 
-from _entry import finished, project_imports
+import torch
+from lightning.pytorch import Trainer
 
-with project_imports():
-    import torch
-    from lightning.pytorch import Trainer
-
-    from mnist_lightning.core.devices import why_no_cuda
-    from mnist_lightning.core.errors import run_main
+from mnist_lightning.core.devices import why_no_cuda
+from mnist_lightning.core.errors import run_main
 
 
 def lightning_choice() -> str:
@@ -64,4 +61,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(finished(main()))
+    sys.exit(main())

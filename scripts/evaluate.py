@@ -3,7 +3,7 @@
 
 import sys
 
-from _entry import run
+from mnist_lightning.core.evaluate import main
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.core.evaluate"))
+    sys.exit(main())

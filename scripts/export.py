@@ -7,7 +7,7 @@ python scripts/export.py --ckpt_path runs/<run>/checkpoints/last.ckpt
 
 import sys
 
-from _entry import run
+from mnist_lightning.core.export import main
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.core.export"))
+    sys.exit(main())

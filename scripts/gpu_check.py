@@ -21,14 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from _entry import finished, project_imports
+import torch
 
-with project_imports():
-    import torch
-
-    from mnist_lightning.core.devices import why_no_cuda
-    from mnist_lightning.core.errors import UserError, run_main
-    from mnist_lightning.datamodule import MNISTDataModule
+from mnist_lightning.core.devices import why_no_cuda
+from mnist_lightning.core.errors import UserError, run_main
+from mnist_lightning.datamodule import MNISTDataModule
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -228,4 +225,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(finished(main()))
+    sys.exit(main())

@@ -11,7 +11,7 @@ python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt --output 
 
 import sys
 
-from _entry import run
+from mnist_lightning.core.predict import main
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.core.predict"))
+    sys.exit(main())

@@ -6,7 +6,7 @@
 
 import sys
 
-from _entry import run
+from mnist_lightning.core.train import main
 
 if __name__ == "__main__":
-    sys.exit(run("mnist_lightning.core.train"))
+    sys.exit(main())

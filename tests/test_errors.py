@@ -4,11 +4,6 @@ import gzip
 import importlib.util
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +12,6 @@ from torchvision.datasets import MNIST
 
 from mnist_lightning.core.cli import build_parser, parse_args
 from mnist_lightning.core.train import main
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # (flags, exit status, phrases the message must contain)
 BAD_FLAGS = [
@@ -478,69 +471,11 @@ def test_export_formats_are_named_as_its_help_says(tmp_path, capsys, formats, ph
     assert code == 2 and phrase in err and "Traceback" not in err and not (tmp_path / "exports").exists()
 
 
-# Imported first in every Python started with this folder on PYTHONPATH: the import of HANG_AT waits (a minute)
-# after writing READY, so Ctrl-C is sent while that import is under way, never a moment too early or too late.
-SLOW_IMPORT = """
-import os, sys, time
-
-class SlowImport:
-    def find_spec(self, name, path=None, target=None):
-        if name == os.environ["HANG_AT"]:
-            sys.meta_path.remove(self)
-            open(os.environ["READY"], "w").close()
-            time.sleep(60)
-
-sys.meta_path.insert(0, SlowImport())
-"""
-
-
-@pytest.mark.parametrize(
-    ("signum", "said"), [(signal.SIGINT, "Interrupted."), (signal.SIGTERM, "Stopped by SIGTERM.")], ids=["int", "term"]
-)
-@pytest.mark.parametrize("hang_at", ["mnist_lightning", "torch"])
-@pytest.mark.parametrize("script", ["train.py", "evaluate.py", "devices.py", "gpu_check.py"])
-def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, script, hang_at, signum, said):
-    """`python scripts/train.py ...` and Ctrl-C (or SIGTERM) while Python imports the project or torch: one line,
-    status 130 (143)."""
-    (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
-    ready = tmp_path / "ready"
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / script), "--help"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ | {"PYTHONPATH": path, "HANG_AT": hang_at, "READY": str(ready)},
-    )
-    deadline = time.monotonic() + 60
-    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert ready.exists(), process.communicate()[1]
-    process.send_signal(signum)
-    err = process.communicate(timeout=60)[1]
-    assert process.returncode == 128 + signum and err.strip() == said, err
-
-
 def test_evaluate_refuses_a_batch_size_below_one(capsys):
     from mnist_lightning.core.evaluate import main as evaluate_main
 
     assert evaluate_main(["--ckpt_path", "x.ckpt", "--batch_size", "0"]) == 2
     assert "--batch_size 0 is out of range: it must be at least 1" in one_line(capsys.readouterr().err)
-
-
-@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
-def test_a_stop_while_a_finished_script_exits_leaves_its_status(tmp_path, name):
-    """Ctrl-C or SIGTERM once the command is done, while Python shuts down (here: at its last exit handler)."""
-    stop = f"import atexit, os, signal\natexit.register(lambda: os.kill(os.getpid(), signal.{name}))\n"
-    (tmp_path / "sitecustomize.py").write_text(stop)
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "devices.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=os.environ | {"PYTHONPATH": path},
-    )
-    assert result.returncode == 0 and not result.stderr, result.stderr
 
 
 def test_a_whole_batch_size_written_with_an_exponent_in_a_config_file_is_taken(tmp_path, capsys):

@@ -5,12 +5,16 @@ Importing torch and Lightning is the floor every Lightning program pays. What a 
 imports on top of it is measured here, in fresh processes: the modules each entry point leaves in
 ``sys.modules``, minus those of ``python -c "import lightning, jsonargparse"``. (That floor already holds what
 Lightning's own imports bring: torchvision, PIL.Image, and matplotlib.pyplot where matplotlib is installed,
-through torchmetrics.) Timing is never tested; what is imported is.
+through torchmetrics.) Timing is never tested; what is imported is. And the console commands pip installs run
+the same entry points as the scripts.
 """
 
 import json
 import subprocess
 import sys
+import sysconfig
+from importlib import import_module
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
@@ -93,13 +97,18 @@ def test_a_training_run_imports_neither_tensorboard_nor_onnx(fake_mnist, tmp_pat
     assert beyond_floor(after, floor, allowed=(PLOTS,)) == {}
 
 
-@pytest.mark.parametrize("script", ["train", "evaluate", "predict", "export", "devices"])
-def test_a_python_without_the_project_says_which_python_to_use(script):
-    """`python scripts/train.py` from a Python that lacks the project (here: without its site-packages, -S)."""
-    root = Path(__file__).resolve().parents[1]
-    result = subprocess.run(
-        [sys.executable, "-S", f"scripts/{script}.py", "--help"], cwd=root, capture_output=True, text=True
-    )
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "cannot import" in result.stderr and "the project is not installed in it" in result.stderr
-    assert f"scripts/{script}.py --help" in result.stderr
+def test_the_console_commands_run_the_entry_points_as_the_scripts_do():
+    """pyproject.toml's [project.scripts], as `pip install -e .` (make install) installs them: `mnist-lightning-train`
+    runs what `python scripts/train.py` runs, and exits with its status."""
+    installed = {entry.name: entry for entry in distribution("mnist-lightning").entry_points}
+    bin_dir = Path(sysconfig.get_path("scripts"))
+    for command in ["train", "evaluate", "predict", "export"]:
+        name = f"mnist-lightning-{command}"
+        assert name in installed and (bin_dir / name).is_file(), f"{name} is not installed: pip install -e . again"
+        assert installed[name].load() is import_module(f"mnist_lightning.core.{command}").main
+    for command in ([bin_dir / "mnist-lightning-train"], [sys.executable, "scripts/train.py"]):
+        result = subprocess.run([*command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0 and "--max_epochs" in result.stdout, result.stderr
+    missing = [bin_dir / "mnist-lightning-evaluate", "--ckpt_path", "missing.ckpt"]
+    result = subprocess.run(missing, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and result.stderr.startswith("Error: missing.ckpt"), result.stderr

@@ -107,6 +107,7 @@ def test_custom_names_replace_the_old_ones_everywhere(custom_project):
         'name = "digit-reader"' in pyproject
         and "Zoë Ångström" in pyproject
         and "Reads handwritten digits." in pyproject
+        and 'digit-reader-train = "digit_reader.core.train:main"' in pyproject  # its console commands
     )
     assert (custom_project / "README.md").read_text(encoding="utf-8").startswith("# Digit Reader\n")
 
