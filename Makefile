@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 
 # The lowest versions pyproject.toml allows of the libraries the template leans on; test-lowest runs the default
 # suite against them in a venv of its own.
-LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.43.0"
+LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.43.0" "filelock==3.30.0"
 
 # The branch of the template's repository that cruft reads (.cruft.json records the template and the commit baked).
 TEMPLATE_BRANCH ?= template

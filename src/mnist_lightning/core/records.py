@@ -1,7 +1,6 @@
 """Run folders and what a run records in them: each run gets a folder of its own, its ``metrics.json`` has the
 same keys for training and evaluation, and files appear whole or not at all."""
 
-import fcntl
 import glob
 import json
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from filelock import FileLock, Timeout
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -26,7 +26,7 @@ RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its fo
 LOCK_FILE = ".lock"  # held by the command writing into a run folder (see lock)
 # What a run killed before its first checkpoint leaves in its folder (and perhaps its record's temporary file).
 UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard", LOCK_FILE}
-_held: dict[Path, IO] = {}  # the open lock files of this process, by folder
+_held: dict[Path, FileLock] = {}  # the folders this process holds
 
 
 class OutputDirError(UserError):
@@ -91,11 +91,12 @@ def holder(folder: Path) -> tuple[Path, str] | None:
     for parent in (folder, *folder.parents):
         if parent in _held or not (parent / LOCK_FILE).is_file():
             continue
-        with suppress(OSError), open(parent / LOCK_FILE) as handle:  # one this process cannot read: not known held
+        with suppress(OSError):  # one this process cannot open or read: not known held
             try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return parent, handle.read().strip() or "another process"
+                with FileLock(parent / LOCK_FILE, timeout=0):
+                    pass  # free
+            except Timeout:
+                return parent, (parent / LOCK_FILE).read_text().strip() or "another process"
     return None
 
 
@@ -125,35 +126,32 @@ def lock(folder: Path) -> None:
     if problem := name_problem(folder):
         shown = os.fsencode(folder).decode(errors="backslashreplace")
         raise OutputDirError(f"The output folder {shown} cannot be used: {problem}. Pass another --output_dir.")
+    held = FileLock(folder / LOCK_FILE)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        held.acquire(timeout=0)
         # The command line as text, whatever bytes its arguments hold (a file name that is not UTF-8, say).
-        handle = open(folder / LOCK_FILE, "a+", errors="backslashreplace")  # noqa: SIM115 (held: it holds the lock)
+        (folder / LOCK_FILE).write_text(f"process {os.getpid()}: {shlex.join(sys.argv)}\n", errors="backslashreplace")
+    except Timeout:
+        holder = (folder / LOCK_FILE).read_text().strip() or "another process"
+        raise FolderInUse(
+            f"{folder} is in use by another command that has not ended ({holder}). Wait for it to end, or pass another "
+            "--output_dir."
+        ) from None
     except OSError as error:
         existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
         problem = f"{existing} is not a folder" if not existing.is_dir() else (error.strerror or str(error)).lower()
         raise OutputDirError(
             f"The output folder {folder} cannot be written: {problem}. Pass another --output_dir."
         ) from error
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        holder = (folder / LOCK_FILE).read_text().strip() or "another process"
-        raise FolderInUse(
-            f"{folder} is in use by another command that has not ended ({holder}). Wait for it to end, or pass another "
-            "--output_dir."
-        ) from None
-    handle.truncate(0)
-    print(f"process {os.getpid()}: {shlex.join(sys.argv)}", file=handle, flush=True)
-    _held[folder.resolve()] = handle
+    _held[folder.resolve()] = held
 
 
 def release(folder: Path | None = None) -> None:
     """Let go of ``folder``'s lock (without one: of every folder this process holds)."""
     for key in [folder.resolve()] if folder else list(_held):
-        if handle := _held.pop(key, None):
-            handle.close()
+        if held := _held.pop(key, None):
+            held.release()
 
 
 def discard_new_run(folder: Path) -> None:
