@@ -23,10 +23,9 @@ from torchvision.datasets import MNIST
 
 from mnist_lightning.core import export
 from mnist_lightning.core.checkpoints import load_checkpoint
-from mnist_lightning.core.errors import NothingToPredict
 from mnist_lightning.core.predict import main
 from mnist_lightning.datamodule import DATASETS, MNISTDataModule
-from mnist_lightning.digit_files import UnreadableFile
+from mnist_lightning.digit_files import NothingToPredict, UnreadableFile
 from mnist_lightning.preprocessing import STEPS, to_mnist_digit, to_model_input
 
 

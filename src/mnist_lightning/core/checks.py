@@ -8,6 +8,7 @@ import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 
 from .errors import UserError
@@ -85,6 +86,16 @@ def data_sizes(datamodule: LightningDataModule) -> dict[str, Any]:
             "every data module shares: add a batch_size argument to its __init__ and give it to its DataLoaders."
         )
     return {"input_shape": list(shape), "num_classes": classes}
+
+
+def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
+    """Lightning would find out only after the fit."""
+    if tested and not is_overridden("test_dataloader", datamodule, LightningDataModule):
+        name = type(datamodule).__name__
+        raise UserError(
+            f"The data module {name} has no test_dataloader(), which the run tests its best checkpoint on after "
+            f"training: define test_dataloader(self) in {name}, or pass --limit_test_batches 0 not to test."
+        )
 
 
 def check_tested(trainer: Trainer) -> None:

@@ -38,7 +38,7 @@ from .checkpoints import (
     load_weights,
     read_checkpoint,
 )
-from .checks import check_launched, check_network, check_schedule, data_sizes, read_config_file
+from .checks import check_launched, check_network, check_schedule, check_testable, data_sizes, read_config_file
 from .devices import check_gpu
 from .errors import UserError
 from .records import (
@@ -295,6 +295,7 @@ def build_training(config: Namespace) -> Training:
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built, model, datamodule = build_model_and_data(config)
+        check_testable(datamodule, tested=config.limit_test_batches != 0)
         if weights and not resuming:
             load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
         elif resuming:

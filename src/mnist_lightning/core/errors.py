@@ -68,18 +68,19 @@ def in_user_code(filename: str) -> bool:
     path = Path(filename).resolve()
     if path.is_relative_to(PACKAGE):
         return not path.is_relative_to(MACHINERY)
-    return not filename.startswith("<") and not str(path).startswith(LIBRARIES)
+    return path.is_file() and not str(path).startswith(LIBRARIES)  # (compiled code names no file of its own)
 
 
 def failed_hook(error: BaseException) -> tuple[BaseException, FrameType] | None:
-    """The error (or the one that caused it) raised in the user's code, and the first of their functions it left:
-    the hook that the machinery, Lightning or jsonargparse called."""
+    """The error (or the one that caused it) raised in the user's code, and the last of their functions that the
+    machinery, Lightning or jsonargparse called on its way: the hook that failed."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
+        ours = [in_user_code(frame.f_code.co_filename) for frame, _ in traceback.walk_tb(error.__traceback__)]
         frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
-        if mine := [frame for frame in frames if in_user_code(frame.f_code.co_filename)]:
-            return error, mine[0]
+        if hooks := [frame for i, frame in enumerate(frames) if ours[i] and not (i and ours[i - 1])]:
+            return error, hooks[-1]
         error = error.__cause__ or error.__context__
     return None
 
