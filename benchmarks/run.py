@@ -8,8 +8,8 @@
    phase by phase). Each process runs in a pseudo-terminal, as from a shell, so the progress bar draws as it
    would for a user.
 2. ``defaults``: plain PyTorch, Fabric and the Trainer at the template's defaults, through the building blocks of
-   ``scripts/compare.py`` (same seed, data and flags; the Trainer without progress bar, as the others print one
-   line per epoch): whole process and median epoch (epoch 0, the warm-up, left out), ratios to plain.
+   ``scripts/compare.py`` (the three rung scripts, same seed, data and flags, their output into a file): whole
+   process and median epoch (epoch 0, the warm-up, left out), ratios to plain.
 3. ``batch64``: the same at batch 64 (3 epochs), where the per-step costs dominate.
 
 Each group's processes take turns (A B C, then C B A, ...), so a machine getting busier or quieter affects every

@@ -17,6 +17,7 @@ OPTIONAL_PATHS = {
     "with_ladder": [
         "scripts/train_pytorch.py",
         "scripts/train_fabric.py",
+        "scripts/train_trainer.py",
         "scripts/compare.py",
         "tests/test_ladder.py",
         "tests/test_compare.py",

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The three rungs side by side: `python scripts/compare.py --accelerator cpu` (plain PyTorch, Fabric, Trainer).
 
-Runs scripts/train_pytorch.py, scripts/train_fabric.py and scripts/train.py with the same seed, data and flags,
-each in a fresh process, and reads back what each run left: the per-epoch losses of its metrics.json and the
-network's weights in its last checkpoint. Parity means bit for bit: torch.equal on every weight and == on every
+Runs scripts/train_pytorch.py, scripts/train_fabric.py and scripts/train_trainer.py with the same seed, data and
+flags, each in a fresh process, and reads back what each run left: the per-epoch losses of its metrics.json and
+the network's weights in its last checkpoint. Parity means bit for bit: torch.equal on every weight and == on every
 loss. Runs alternate (plain, Fabric, Trainer, then Trainer, Fabric, plain, ...) so that a machine getting busier
 or quieter affects every rung alike; each time is the best of the repeats (interference only adds time): the
 fit, the median epoch (epoch 0, its warm-up and compilation, left out) and the whole process. Prints a table (or
@@ -25,12 +25,11 @@ from pathlib import Path
 import torch
 
 SCRIPTS = Path(__file__).resolve().parent
-RUNGS = {"plain": "train_pytorch.py", "fabric": "train_fabric.py", "trainer": "train.py"}
+RUNGS = {"plain": "train_pytorch.py", "fabric": "train_fabric.py", "trainer": "train_trainer.py"}
 NAMES = {"plain": "plain PyTorch", "fabric": "Fabric", "trainer": "Trainer"}
 DEVICE_FOR_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "mps": "mps", "auto": "auto"}
-DATA_FLAGS = ("data_dir", "val_size", "split_seed")  # the Trainer's data module's: --data.NAME on train.py
-SHARED_FLAGS = ("batch_size", "max_epochs", "seed", "optimizer", "lr", "momentum", "weight_decay", "lr_schedule")
-SHARED_FLAGS += ("float32_matmul_precision",)
+SHARED_FLAGS = ("data_dir", "val_size", "split_seed", "batch_size", "max_epochs", "seed", "optimizer", "lr")
+SHARED_FLAGS += ("momentum", "weight_decay", "lr_schedule", "float32_matmul_precision")
 LOSSES = ("train/loss", "val/loss")
 # With --compile, each process compiles its own code: PyTorch's on-disk compilation caches could hand a process code
 # that earlier runs compiled, and its results would then depend on what those runs were.
@@ -84,14 +83,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def rung_flags(args: argparse.Namespace, rung: str) -> list[str]:
     """The command line of one rung: the same settings on every rung, then its own way of naming the device."""
-    data = "data." if rung == "trainer" else ""
-    flags = [f"--{data}{name}={getattr(args, name)}" for name in DATA_FLAGS if getattr(args, name) is not None]
-    flags += [f"--{name}={getattr(args, name)}" for name in SHARED_FLAGS if getattr(args, name) is not None]
+    flags = [f"--{name}={getattr(args, name)}" for name in SHARED_FLAGS if getattr(args, name) is not None]
     flags += [f"--deterministic={str(args.deterministic).lower()}", f"--compile={str(args.compile).lower()}"]
     if rung == "plain":
         return [*flags, f"--device={DEVICE_FOR_ACCELERATOR[args.accelerator]}"]
-    flags += [f"--accelerator={args.accelerator}", "--devices=1"]
-    return flags + (["--enable_progress_bar=false"] if rung == "trainer" else [])
+    return [*flags, f"--accelerator={args.accelerator}", "--devices=1"]
 
 
 def run_rung(rung: str, flags: list[str], output_dir: Path) -> dict:

@@ -4,7 +4,7 @@
 The second rung of the ladder: scripts/train_pytorch.py with its device lines handed to Fabric (`sdiff` the two).
 Fabric chooses the devices, moves the model and the batches, runs mixed precision, starts and connects the
 processes of a multi-device or multi-node run and writes checkpoints from one of them; the loop stays yours.
-scripts/train.py hands the loop to Lightning's Trainer too. From the same flags the three end bit-identical.
+scripts/train_trainer.py hands the loop to the Trainer too. From the same flags the three end bit-identical.
 """
 
 import argparse

@@ -2,9 +2,9 @@
 """Train SimpleNN on MNIST in plain PyTorch, every device detail by hand: `python scripts/train_pytorch.py`.
 
 The first rung of the ladder. scripts/train_fabric.py is this program with Lightning Fabric doing the device work
-(`sdiff scripts/train_pytorch.py scripts/train_fabric.py` shows what changes), and scripts/train.py hands the loop
-to Lightning's Trainer. From the same flags, the three train on the same batches with the same arithmetic and end
-with bit-identical weights on the CPU with --deterministic: `python scripts/compare.py` runs them side by side.
+(`sdiff scripts/train_pytorch.py scripts/train_fabric.py` shows what changes); scripts/train_trainer.py hands the
+loop to Lightning's Trainer. From the same flags, the three train on the same batches with the same arithmetic and
+end with bit-identical weights on the CPU with --deterministic: `python scripts/compare.py` runs them side by side.
 """
 
 import argparse

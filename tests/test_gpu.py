@@ -103,23 +103,24 @@ def test_trainer_mixed_precision(fake_mnist, tmp_path, device, precision):
 
 
 # with_ladder:
-RUNGS = {"plain": "train_pytorch.py", "fabric": "train_fabric.py"}
+RUNGS = {"plain": "train_pytorch.py", "fabric": "train_fabric.py", "trainer": "train_trainer.py"}
 # 1,000 training images in batches of 10: 100 steps per epoch, so per-step syncs cannot hide among per-epoch ones.
 RUNG_STEPS = ["--val_size", str(FAKE_VAL), "--batch_size", "10", "--max_epochs", "2"]
 
 
 def run_rung(monkeypatch, rung: str, device: str, *flags: str) -> None:
-    """scripts/train_pytorch.py or train_fabric.py in this process, as `python scripts/<rung> ...` runs it."""
+    """A rung's script in this process, as `python scripts/<rung> ...` runs it (its folder on sys.path)."""
     on_device = ["--device", device] if rung == "plain" else ["--accelerator", ACCELERATOR[device]]
     path = ROOT / "scripts" / RUNGS[rung]
+    monkeypatch.syspath_prepend(str(path.parent))
     monkeypatch.setattr(sys, "argv", [str(path), *on_device, *flags])
     runpy.run_path(str(path), run_name="__main__")
 
 
 @pytest.mark.parametrize(("device", "precision"), [("cpu", "bf16-mixed"), pytest.param("cuda", "16-mixed", marks=gpu)])
-@pytest.mark.parametrize("rung", ["plain", "fabric"])
+@pytest.mark.parametrize("rung", list(RUNGS))
 def test_mixed_precision_on_the_rungs(fake_mnist, tmp_path, monkeypatch, device, precision, rung):
-    """16-mixed on a GPU scales the loss (Fabric itself; the plain rung with a GradScaler); the CPU has bf16 only."""
+    """16-mixed on a GPU scales the loss (Lightning itself; the plain rung with a GradScaler); the CPU has bf16 only."""
     from lightning import Fabric
 
     scaler = Fabric(accelerator=ACCELERATOR[device], devices=1, precision=precision).strategy.precision.scaler
@@ -138,7 +139,9 @@ def test_no_host_sync_per_training_step(fake_mnist, tmp_path, monkeypatch, devic
     from lightning.pytorch import Callback
 
     # with_ladder:
-    for rung in RUNGS:  # the plain and Fabric rungs, over their whole run (2 epochs of 100 steps)
+    # The plain and Fabric loops over their whole run (2 epochs of 100 steps); the Trainer rung's LightningModule and
+    # DataModule are train.py's, whose Trainer is counted below, epoch by epoch (its validation steps sync).
+    for rung in ("plain", "fabric"):
         syncs: list[int] = []
         flags = ["--data_dir", str(fake_mnist), *RUNG_STEPS, "--output_dir", str(tmp_path / rung)]
         with counting_host_syncs(syncs, device):

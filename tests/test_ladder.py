@@ -1,7 +1,8 @@
 """The ladder: plain PyTorch -> Fabric -> Trainer. scripts/train_pytorch.py and scripts/train_fabric.py each stand on
-their own (torch, torchvision, Lightning and the network); Fabric's is the shorter and differs from the plain one in
-its device lines only; from the same seed the rungs end with bit-identical weights and losses, compiled or not;
-a mistake ends in one line on stderr, without a traceback."""
+their own (torch, torchvision, Lightning and the network), scripts/train_trainer.py takes Fabric's flags and the
+package's LightningModule and DataModule; each rung is shorter than the one below, Fabric's differs from the plain
+one in its device lines only; from the same seed the rungs (and train.py) end with bit-identical weights and losses,
+compiled or not; a mistake ends in one line on stderr, without a traceback."""
 
 import ast
 import difflib
@@ -19,12 +20,13 @@ import pytest
 import torch
 from helpers import FAKE_VAL, train_run
 
-from mnist_lightning.core.checkpoints import load_checkpoint
+from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 RUNG_FILES = {"plain": SCRIPTS / "train_pytorch.py", "fabric": SCRIPTS / "train_fabric.py"}
+RUNG_FILES["trainer"] = SCRIPTS / "train_trainer.py"
 # Not the defaults on purpose: SGD with momentum, a constant schedule, a batch that leaves a short last batch
 # (1,000 training images / 64), a learning rate small enough that the losses stay far from zero.
 FLAGS = ["--batch_size", "64", "--max_epochs", "3", "--seed", "3"]
@@ -33,8 +35,6 @@ FLAGS += ["--optimizer", "sgd", "--lr", "0.003", "--lr_schedule", "constant", "-
 # that mentions one of these: the device, or what Fabric does about it.
 DEVICE_WORDS = ("fabric", "lightning", "device", ".to(", "sampler", "rank", "launch", "backward", "print")
 DEVICE_WORDS += ("accelerator", "strategy", "precision", "num_nodes", "autocast", "scaler", "distributed")
-# The Trainer's data module follows the rungs' data contract (normalized once, a DataLoader over a TensorDataset)
-# once the new MNISTDataModule is merged.
 
 
 def environment() -> dict[str, str]:
@@ -55,7 +55,10 @@ def code_lines(path: Path) -> list[str]:
 
 
 def test_each_rung_is_one_file_of_torch_torchvision_lightning_and_the_network():
+    """The plain and Fabric rungs import the network alone from the package; the Trainer's, the LightningModule and
+    DataModule (no machinery of the package's core/), and its flags from the Fabric rung."""
     allowed = set(sys.stdlib_module_names) | {"torch", "torchvision", "lightning"}
+    package = SimpleNN.__module__.rpartition(".")[0]
     for rung, path in RUNG_FILES.items():
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
@@ -64,18 +67,23 @@ def test_each_rung_is_one_file_of_torch_torchvision_lightning_and_the_network():
             elif isinstance(node, ast.ImportFrom):
                 imported.add(node.module)
         network = {name for name in imported if name.split(".")[0] not in allowed}
-        assert network == {SimpleNN.__module__}, (rung, network)  # from <package>.model import SimpleNN, no more
-        assert (rung == "fabric") == any(name.startswith("lightning") for name in imported), rung
+        if rung == "trainer":
+            assert network == {f"{package}.lightning_module", f"{package}.datamodule", "train_fabric"}, network
+        else:  # from <package>.model import SimpleNN, no more
+            assert network == {SimpleNN.__module__}, (rung, network)
+        assert (rung != "plain") == any(name.startswith("lightning") for name in imported), rung
 
 
-def test_fabric_rung_is_shorter_than_the_plain_one():
+def test_each_rung_is_shorter_than_the_one_below():
     lines = {rung: path.read_text().splitlines() for rung, path in RUNG_FILES.items()}
     code = {
         rung: [line for line in text if line.strip() and not line.strip().startswith("#")]
         for rung, text in lines.items()
     }
-    assert len(lines["fabric"]) < len(lines["plain"]), {rung: len(text) for rung, text in lines.items()}
-    assert len(code["fabric"]) < len(code["plain"]), {rung: len(text) for rung, text in code.items()}
+    for counted in (lines, code):
+        assert len(counted["trainer"]) < len(counted["fabric"]) < len(counted["plain"]), {
+            rung: len(text) for rung, text in counted.items()
+        }
 
 
 def test_the_rungs_differ_only_in_device_lines():
@@ -98,7 +106,7 @@ def test_the_rungs_differ_only_in_device_lines():
 
 
 def final_weights(run_dir: Path, rung: str) -> dict[str, torch.Tensor]:
-    if rung == "trainer":
+    if rung in ("trainer", "product"):
         state = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
         return {key.removeprefix("net."): value for key, value in state.items() if key.startswith("net.")}
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
@@ -115,8 +123,12 @@ def compare(data_dir: Path, output_dir: Path, *flags: str) -> dict:
 
 @pytest.fixture(scope="module")
 def comparison(fake_mnist, tmp_path_factory) -> Path:
+    """compare.py's three rungs, and scripts/train.py beside them (``product_0``) with the same settings."""
     output_dir = tmp_path_factory.mktemp("ladder") / "compare"
     compare(fake_mnist, output_dir, *FLAGS)
+    data = ["--data.data_dir", str(fake_mnist), "--data.val_size", str(FAKE_VAL), "--enable_progress_bar", "false"]
+    result = run_script("train.py", *data, *FLAGS, "--output_dir", str(output_dir / "product_0"))
+    assert result.returncode == 0, result.stderr[-3000:]
     return output_dir
 
 
@@ -142,7 +154,7 @@ def test_plain_and_fabric_end_bit_identical(comparison):
 
 
 def test_on_off_flags_are_recorded_as_booleans(comparison):
-    for rung in ("plain", "fabric"):
+    for rung in RUNG_FILES:
         metrics = json.loads((comparison / f"{rung}_0" / "metrics.json").read_text())
         assert metrics["deterministic"] is True and metrics["compile"] is False, rung
     settings = json.loads((comparison / "compare.json").read_text())["settings"]
@@ -152,6 +164,12 @@ def test_on_off_flags_are_recorded_as_booleans(comparison):
 def test_plain_fabric_and_trainer_end_bit_identical(comparison):
     assert_bit_identical(comparison, "trainer")
     assert_bit_identical(comparison, "trainer", reference="fabric")
+
+
+def test_train_py_ends_bit_identical_to_the_rungs(comparison):
+    """The product trains as the ladder does: what the README promises of scripts/train.py."""
+    assert_bit_identical(comparison, "product")
+    assert_bit_identical(comparison, "product", reference="trainer")
 
 
 @pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -179,15 +197,15 @@ def test_compile_keeps_parity_and_checkpoint_keys(compiled):
             saved = torch.load(path, weights_only=True)
             assert not any("_orig_mod" in key for key in saved.get("state_dict", saved.get("model"))), path
         SimpleNN((1, 28, 28), 10).load_state_dict(final_weights(output_dir / f"{rung}_0", rung))
-    # ...and the Trainer's checkpoint loads through the project's loader, compiled again or not.
-    checkpoint = load_checkpoint(output_dir / "trainer_0" / "checkpoints" / "last.ckpt")
-    assert checkpoint.model.hparams.compile is True
-    checkpoint.model.on_train_start()  # what the Trainer calls: compiles in place
+    # ...and the Trainer's checkpoint loads into the LightningModule, compiled again or not.
+    model = Classifier.load_from_checkpoint(output_dir / "trainer_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert model.hparams.compile is True
+    model.on_train_start()  # what the Trainer calls: compiles in place
     uncompiled = SimpleNN((1, 28, 28), 10)
-    uncompiled.load_state_dict(checkpoint.model.net.state_dict())  # same keys compiled or not
+    uncompiled.load_state_dict(model.net.state_dict())  # same keys compiled or not
     images = torch.randn(5, 1, 28, 28)
     with torch.no_grad():
-        torch.testing.assert_close(checkpoint.model(images), uncompiled(images))
+        torch.testing.assert_close(model(images), uncompiled(images))
 
 
 @pytest.mark.slow
@@ -232,6 +250,24 @@ def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, rung, flags
     assert not run_dir.exists()
     if ", got " in phrase or "argument" in phrase:  # refused by the parser: that line alone, status 2
         assert result.returncode == 2 and result.stderr.strip() == error_line(result), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "phrase"),
+    [
+        (["--batch_size", "0"], "Error: --batch_size must be at least 1, got 0"),
+        (["--lr", "nan"], "Error: --lr must be above 0 and at most 3.4e37, got nan"),
+        (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
+    ],
+)
+def test_trainer_rung_refuses_flags_as_the_fabric_rung_does(fake_mnist, tmp_path, flags, phrase):
+    """Its flags are the Fabric rung's, refused by the same parser: that line alone, status 2."""
+    run_dir = tmp_path / "run"
+    data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
+    result = run_script(RUNG_FILES["trainer"].name, *data, "--output_dir", str(run_dir), *flags)
+    assert phrase in error_line(result)
+    assert result.returncode == 2 and result.stderr.strip() == error_line(result), result.stderr
+    assert not run_dir.exists()
 
 
 @pytest.mark.parametrize(
@@ -282,17 +318,38 @@ def start_as_from_a_shell(command: list[str]) -> subprocess.Popen:
     )
 
 
-@pytest.mark.parametrize("rung", ["plain", "fabric"])
-def test_ctrl_c_stops_a_rung_in_one_line(fake_mnist, tmp_path, rung):
+def stop_a_training_rung(fake_mnist: Path, run_dir: Path, rung: str, signum: int) -> tuple[int, str]:
+    """The rung started as from a shell, sent ``signum`` once it has written its first checkpoint (as Ctrl-C reaches
+    the terminal's whole process group, SIGTERM the process alone): its exit status and stderr."""
     flags = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--max_epochs", "1000000"]
-    process = start_as_from_a_shell([sys.executable, str(RUNG_FILES[rung]), *flags, "--output_dir", str(tmp_path)])
+    process = start_as_from_a_shell([sys.executable, str(RUNG_FILES[rung]), *flags, "--output_dir", str(run_dir)])
+    last = run_dir / "checkpoints" / ("last.ckpt" if rung == "trainer" else "last.pt")
     try:
-        assert process.stdout.readline().startswith("epoch 0:")  # training
-        os.killpg(process.pid, signal.SIGINT)
+        deadline = time.monotonic() + 300
+        while not last.exists() and time.monotonic() < deadline:  # training
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        if signum == signal.SIGINT:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
         err = process.communicate(timeout=120)[1]
     finally:
         process.kill()
-    assert process.returncode == 130 and err.strip().splitlines()[-1] == "Interrupted." and "Traceback" not in err, err
+    return process.returncode, err
+
+
+@pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
+def test_ctrl_c_stops_a_rung_in_one_line(fake_mnist, tmp_path, rung):
+    code, err = stop_a_training_rung(fake_mnist, tmp_path, rung, signal.SIGINT)
+    assert code == 130 and err.strip().splitlines()[-1] == "Interrupted." and "Traceback" not in err, err
+
+
+def test_sigterm_stops_the_trainer_rung_in_one_line(fake_mnist, tmp_path):
+    """Lightning stops its fit after the batch and ends it with SystemExit (status 0): the rung says it and exits as a
+    process that SIGTERM ended (the other rungs simply end)."""
+    code, err = stop_a_training_rung(fake_mnist, tmp_path, "trainer", signal.SIGTERM)
+    assert code == 143 and err.strip().splitlines()[-1] == "Stopped by SIGTERM." and "Traceback" not in err, err
 
 
 def processes_naming(path: Path) -> dict[int, str]:
@@ -337,7 +394,7 @@ def test_stopping_compare_stops_the_rung_it_runs(fake_mnist, tmp_path, name, sai
     assert left == {}, left
 
 
-@pytest.mark.parametrize("rung", ["plain", "fabric"])
+@pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
 def test_the_rungs_refuse_a_used_run_folder(fake_mnist, tmp_path, rung):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "metrics.json").write_text("{}")
@@ -346,18 +403,19 @@ def test_the_rungs_refuse_a_used_run_folder(fake_mnist, tmp_path, rung):
     assert [path.name for path in (tmp_path / "used").iterdir()] == ["metrics.json"]
 
 
+@pytest.mark.parametrize("rung", ["fabric", "trainer"])
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
         (["--precision", "17-fancy"], "Error: Precision '17-fancy' is invalid. Allowed precision values:"),
-        (["--devices", "0"], "Error: `Fabric(devices='0')` value is not a valid input"),
+        (["--devices", "0"], "(devices='0')` value is not a valid input"),  # Fabric's or Trainer's
         (["--strategy", "fancy"], "Error: You selected an invalid strategy name: `strategy='fancy'`"),
         (["--accelerator", "fancy"], "Error: You selected an invalid accelerator name: `accelerator='fancy'`"),
     ],
 )
-def test_fabric_rung_reports_bad_settings_in_one_line(fake_mnist, tmp_path, flags, phrase):
-    result = run_script("train_fabric.py", "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags)
-    assert phrase in error_line(result)
+def test_lightning_rungs_report_bad_settings_in_one_line(fake_mnist, tmp_path, rung, flags, phrase):
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags]
+    assert phrase in error_line(run_script(RUNG_FILES[rung].name, *flags))
     assert not (tmp_path / "x").exists()
 
 
@@ -369,10 +427,12 @@ def test_fabric_rung_reports_bad_settings_in_one_line(fake_mnist, tmp_path, flag
         ("plain", ["--device", "cuda:1"], "Error: --device cuda:1: PyTorch sees 0 GPU(s); use --device cpu"),
         ("fabric", ["--accelerator", "cuda"], "Error: `CUDAAccelerator` can not run on your system"),
         ("fabric", ["--accelerator", "gpu"], "Error: No supported gpu backend found!"),
+        ("trainer", ["--accelerator", "cuda"], "Error: `CUDAAccelerator` can not run on your system"),
+        ("trainer", ["--accelerator", "gpu"], "Error: No supported gpu backend found!"),
     ],
 )
-def test_gpu_flags_without_a_gpu_are_refused_on_both_rungs(fake_mnist, tmp_path, rung, flags, phrase):
-    if rung == "fabric" and flags[-1] == "gpu" and torch.backends.mps.is_available():
+def test_gpu_flags_without_a_gpu_are_refused_on_every_rung(fake_mnist, tmp_path, rung, flags, phrase):
+    if rung != "plain" and flags[-1] == "gpu" and torch.backends.mps.is_available():
         pytest.skip("Lightning's gpu is Apple's MPS here")
     result = run_script(
         RUNG_FILES[rung].name, "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags
@@ -382,22 +442,24 @@ def test_gpu_flags_without_a_gpu_are_refused_on_both_rungs(fake_mnist, tmp_path,
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
-def test_an_accelerator_whose_package_is_missing_is_one_line(fake_mnist, tmp_path):
+@pytest.mark.parametrize("rung", ["fabric", "trainer"])
+def test_an_accelerator_whose_package_is_missing_is_one_line(fake_mnist, tmp_path, rung):
     # Lightning knows "tpu" but needs torch_xla for it, and raises an ImportError as it builds the accelerator.
     flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), "--accelerator", "tpu"]
-    assert "torch_xla" in error_line(run_script("train_fabric.py", *flags))
+    assert "torch_xla" in error_line(run_script(RUNG_FILES[rung].name, *flags))
 
 
-@pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
+@pytest.mark.parametrize("rung", ["plain", "fabric", "trainer", "product"])
 def test_every_rung_applies_and_records_the_float32_matmul_precision(fake_mnist, tmp_path, monkeypatch, rung):
-    data = "--data." if rung == "trainer" else "--"
+    data = "--data." if rung == "product" else "--"
     flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]
     flags += ["--max_epochs", "1", "--float32_matmul_precision", "medium", "--output_dir", str(tmp_path / rung)]
     try:
-        if rung == "trainer":
+        if rung == "product":  # scripts/train.py
             train_run(*flags, "--enable_progress_bar", "false")
             assert "float32_matmul_precision: medium" in (tmp_path / rung / "config.yaml").read_text()
-        else:  # in this process, to see the setting it leaves
+        else:  # in this process, to see the setting it leaves; its folder on sys.path, as `python scripts/...`
+            monkeypatch.syspath_prepend(str(SCRIPTS))
             monkeypatch.setattr(sys, "argv", [str(RUNG_FILES[rung]), *flags])
             runpy.run_path(str(RUNG_FILES[rung]), run_name="__main__")
             metrics = json.loads((tmp_path / rung / "metrics.json").read_text())

@@ -45,7 +45,7 @@ OPTIONS = sorted(name for name, value in DEFAULTS.items() if isinstance(value, b
 ALL_OFF = dict.fromkeys(OPTIONS, False)
 # Every option's own README section, and words that only it brings.
 README_SECTIONS = {
-    "with_ladder": ("## The ladder", "train_pytorch.py", "train_fabric.py", "compare.py"),
+    "with_ladder": ("## The ladder", "train_pytorch.py", "train_fabric.py", "train_trainer.py", "compare.py"),
     "with_digit_photos": ("## Pictures of digits", "preprocessing.json", "preprocessing.py"),
     "with_benchmarks": ("## Benchmarks", "benchmarks/"),
 }
@@ -309,7 +309,7 @@ def test_all_options_off_leave_out_every_optional_path(template, tmp_path):
 
 def test_the_defaults_have_the_ladder_and_the_photos_and_no_benchmarks(template, tmp_path):
     project = bake(template, tmp_path, **CUSTOM)
-    for path in ("scripts/train_fabric.py", "scripts/compare.py", "src/digit_reader/preprocessing.py"):
+    for path in ("scripts/train_trainer.py", "scripts/compare.py", "src/digit_reader/preprocessing.py"):
         assert (project / path).is_file(), path
     assert not (project / "benchmarks").exists()
     readme = (project / "README.md").read_text(encoding="utf-8")
