@@ -4,11 +4,13 @@ datasets, the sizes it gives the model and the files it reads for predict.py."""
 import pytest
 import torch
 from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset
+from jsonargparse import ArgumentError
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
-from mnist_lightning.core.errors import UserError
+from mnist_lightning.core.cli import build_parser
 from mnist_lightning.datamodule import DATASETS, MNISTDataModule
 from mnist_lightning.in_memory import EpochShuffle, normalize
 
@@ -126,12 +128,12 @@ def test_other_mnist_format_datasets_by_name(tmp_path, dataset, folder):
 
 
 @pytest.mark.parametrize(
-    "settings",
-    [{"batch_size": 0}, {"val_size": 0}, {"num_workers": -1}, {"num_workers": 10_000}, {"dataset": "cifar10"}],
+    "flags",
+    [["--data.val_size", "0"], ["--data.num_workers", "-1"], ["--data.dataset", "cifar10"], ["--batch_size", "0"]],
 )
-def test_bad_settings_are_refused_in_the_data_modules_own_terms(settings):
-    with pytest.raises(ValueError, match=next(iter(settings))):
-        MNISTDataModule(**settings)
+def test_the_data_modules_bounds_are_checked_by_the_parser(flags):
+    with pytest.raises(ArgumentError, match=flags[0].split(".")[-1].lstrip("-")):
+        build_parser().parse_args(flags)
 
 
 def test_the_data_module_says_what_the_model_is_built_for(fake_mnist):
@@ -142,5 +144,5 @@ def test_the_data_module_says_what_the_model_is_built_for(fake_mnist):
 
 
 def test_a_validation_set_as_large_as_the_data_is_refused_before_training(fake_mnist):
-    with pytest.raises(UserError, match=f"--data.val_size must be between 1 and {FAKE_TRAIN - 1}"):
+    with pytest.raises(MisconfigurationException, match=f"--data.val_size must be between 1 and {FAKE_TRAIN - 1}"):
         MNISTDataModule(data_dir=str(fake_mnist), val_size=FAKE_TRAIN).prepare_data()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY_RUN, one_line, write_fake_mnist
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torchvision.datasets import MNIST
 
-from mnist_lightning.core.errors import UserError
 from mnist_lightning.core.train import main
 from mnist_lightning.datamodule import MNISTDataModule
 
@@ -61,13 +61,13 @@ def test_a_damaged_archive_is_named(tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
     (raw / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
-    with pytest.raises(UserError, match=r"train-labels-idx1-ubyte\.gz is damaged"):
+    with pytest.raises(MisconfigurationException, match=r"train-labels-idx1-ubyte\.gz is damaged"):
         MNISTDataModule(str(tmp_path)).prepare_data()
 
 
 def test_offline_without_the_files_says_where_to_put_them(tmp_path, monkeypatch):
     monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens there: offline
-    with pytest.raises(UserError, match="Offline, put the four original files") as error:
+    with pytest.raises(MisconfigurationException, match="Offline, put the four original files") as error:
         MNISTDataModule(str(tmp_path / "empty")).prepare_data()
     assert "train-images-idx3-ubyte.gz" in str(error.value)
 
@@ -93,7 +93,7 @@ def test_real_mnist_archives_are_verified_and_extracted(mnist_archives):
     assert [len(dataset) for dataset in datamodule.datasets.values()] == [55_000, 5_000, 10_000]
     archive = mnist_archives / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
     archive.write_bytes(archive.read_bytes()[:-1])
-    with pytest.raises(UserError, match=r"t10k-labels-idx1-ubyte\.gz is damaged"):
+    with pytest.raises(MisconfigurationException, match=r"t10k-labels-idx1-ubyte\.gz is damaged"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
 
 
@@ -102,7 +102,7 @@ def test_an_extracted_file_cut_short_beside_its_intact_archive_says_to_delete_it
     MNISTDataModule(str(mnist_archives)).prepare_data()  # extracts
     images = mnist_archives / "MNIST" / "raw" / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:1_000_000])
-    with pytest.raises(UserError, match="delete the extracted files"):
+    with pytest.raises(MisconfigurationException, match="delete the extracted files"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
 
 
@@ -114,5 +114,7 @@ def test_an_extracted_file_of_wrong_labels_beside_its_intact_archive_says_to_del
     data = bytearray(labels.read_bytes())
     data[8] = 77  # the first label, after the IDX header
     labels.write_bytes(bytes(data))
-    with pytest.raises(UserError, match=r"labels up to 77\. The archives are intact: delete the extracted files"):
+    with pytest.raises(
+        MisconfigurationException, match=r"labels up to 77\. The archives are intact: delete the extracted files"
+    ):
         MNISTDataModule(str(mnist_archives)).prepare_data()

@@ -168,7 +168,7 @@ def test_missing_mnist_without_network_names_the_folder_and_files(tmp_path, caps
     monkeypatch.setattr(MNIST, "mirrors", [])  # as offline: every download attempt fails
     code = main(["--data.data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
     message = one_line(capsys.readouterr().err)
-    assert code == 2 and "Traceback" not in message
+    assert code == 1 and "Traceback" not in message
     assert str((tmp_path / "data" / "MNIST" / "raw").resolve()) in message
     assert not (tmp_path / "data").exists()  # no empty folders left
     for name in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
@@ -183,7 +183,7 @@ def test_a_damaged_mnist_file_is_refused_and_named(tmp_path, capsys, monkeypatch
     (raw / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
     code = main(["--data.data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
     message = one_line(capsys.readouterr().err)
-    assert code == 2 and "train-labels-idx1-ubyte.gz is damaged" in message and "MD5" in message
+    assert code == 1 and "train-labels-idx1-ubyte.gz is damaged" in message and "MD5" in message
     assert not (tmp_path / "run").exists()
 
 

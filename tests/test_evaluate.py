@@ -68,27 +68,25 @@ def test_a_truncated_checkpoint_is_a_clear_error_and_writes_nothing(trained, tmp
 
 
 def test_a_bad_batch_size_is_named_not_blamed_on_the_checkpoint(trained, tmp_path, capsys):
-    assert (
-        main(["--ckpt_path", trained["best_checkpoint"], "--batch_size", "0", "--output_dir", str(tmp_path / "e")]) == 2
-    )
+    flags = ["--ckpt_path", trained["best_checkpoint"], "--batch_size", "0", "--output_dir", str(tmp_path / "e")]
+    assert main(flags) == 2
     err = one_line(capsys.readouterr().err)
-    assert (
-        err.startswith("Error: --batch_size 0 is out of range: it must be at least 1") and not (tmp_path / "e").exists()
-    )
+    assert err.startswith('Error: Parser key "batch_size"') and not (tmp_path / "e").exists()
 
 
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
-        (["--data.val_size", "0"], "--data.val_size 0 is out of range: it must be at least 1."),
-        (["--data.dataset", "cifar10"], "--data.dataset cifar10 is not one of the choices: mnist, fashion_mnist"),
-        (["--data.no_such_argument", "1"], "--data.no_such_argument 1: "),
+        (["--data.val_size", "0"], "val_size"),
+        (["--data.dataset", "cifar10"], "cifar10"),
+        (["--data.no_such_argument", "1"], "no_such_argument"),
     ],
 )
 def test_a_bad_data_argument_is_named_not_blamed_on_the_checkpoint(trained, tmp_path, capsys, flags, phrase):
+    """The data module's signature refuses it, in jsonargparse's words."""
     assert main(["--ckpt_path", trained["best_checkpoint"], *flags, "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert err.startswith(f"Error: {phrase}") and err.count("Error:") == 1, err
+    assert err.startswith("Error: ") and phrase in err and err.count("Error:") == 1, err
     assert "Traceback" not in err and "checkpoint" not in err and not (tmp_path / "e").exists()
 
 
@@ -99,7 +97,8 @@ def test_a_network_that_cannot_be_imported_is_named(fake_mnist, tmp_path, capsys
     monkeypatch.setitem(sys.modules, "helpers", None)  # as in a shell where the module is not on the path
     assert main(["--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "was trained with helpers.SmallCNN, which cannot be built here" in err and "PYTHONPATH" in err
+    assert "was trained with settings or classes that cannot be built here" in err and "helpers" in err
+    assert "PYTHONPATH" in err
 
 
 def test_a_data_module_that_cannot_be_imported_is_named(trained, tmp_path, capsys):
@@ -108,7 +107,7 @@ def test_a_data_module_that_cannot_be_imported_is_named(trained, tmp_path, capsy
     torch.save(contents, tmp_path / "moved.ckpt")
     assert main(["--ckpt_path", str(tmp_path / "moved.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "was trained with not_installed.MyData, which cannot be built here" in err and "PYTHONPATH" in err
+    assert "cannot be built here" in err and "not_installed" in err and "PYTHONPATH" in err
     # A checkpoint that does not record its data module was not written by train.py: it cannot be evaluated.
     del contents["datamodule_hyper_parameters"]
     torch.save(contents, tmp_path / "foreign.ckpt")
@@ -203,55 +202,31 @@ def test_a_stop_arriving_as_it_finishes_does_not_fail_a_complete_result(trained,
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
-TRAINER_REFUSALS = [  # (the entry point, its flags, what the message says)
+TRAINER_REFUSALS = [  # (the entry point, its flags, what Lightning's message says)
     ("evaluate", ["--precision", "7"], "Precision '7' is invalid. Allowed precision values"),
-    ("evaluate", ["--accelerator", "foo"], "--accelerator takes cpu, gpu (any GPU PyTorch can use)"),
-    ("evaluate", ["--accelerator", "cpu", "--devices", "abc"], "On the CPU, --devices takes a number of processes"),
-    ("predict", ["--accelerator", "foo"], "--accelerator takes cpu, gpu (any GPU PyTorch can use)"),
+    ("evaluate", ["--accelerator", "foo"], "accelerator='foo'"),
+    ("evaluate", ["--accelerator", "cpu", "--devices", "abc"], "`devices`"),
+    ("predict", ["--accelerator", "foo"], "accelerator='foo'"),
 ]
 
 
 @pytest.mark.parametrize(
     ("entry", "flags", "said"), TRAINER_REFUSALS, ids=[" ".join(f) for _, f, _ in TRAINER_REFUSALS]
 )
-def test_trainer_settings_lightning_refuses_are_one_paragraph(
-    trained, tmp_path, monkeypatch, capsys, entry, flags, said
-):
-    """As train.py's: Lightning's refusal as one paragraph with the fix, the help of the script that was run."""
+def test_trainer_settings_lightning_refuses_are_its_message(trained, tmp_path, monkeypatch, capsys, entry, flags, said):
+    """As train.py's: Lightning's refusal, without a traceback, and no folder made."""
     from importlib import import_module
 
     monkeypatch.chdir(tmp_path)  # evaluate.py's new folder: runs/<time> here
     assert import_module(f"mnist_lightning.core.{entry}").main(["--ckpt_path", trained["best_checkpoint"], *flags]) == 2
     err = one_line(capsys.readouterr().err)
-    assert err.startswith("Error: The Trainer settings are not valid: ") and said in err and "Traceback" not in err
-    assert flags[0] != "--precision" or err.endswith(f"Run `python scripts/{entry}.py --help` for every option.")
+    assert err.startswith("Error: ") and said in err and "Traceback" not in err
     assert not list(tmp_path.glob("runs/*"))
 
 
 @pytest.mark.parametrize("entry", ["evaluate", "predict"])
-@pytest.mark.parametrize(
-    ("value", "said"),
-    [
-        ("99999999999999999999999", f"is out of range: it must be at least 1 and at most {sys.maxsize}."),
-        ("1e9", "is not a whole number as written: write 1000000000."),
-    ],
-    ids=["too large to index", "an exponent"],
-)
-def test_a_batch_size_python_cannot_index_is_refused(trained, tmp_path, monkeypatch, capsys, entry, value, said):
-    """Larger than Python's index type: the DataLoader's islice failed with a traceback."""
-    from importlib import import_module
-
-    monkeypatch.chdir(tmp_path)
-    entry_main = import_module(f"mnist_lightning.core.{entry}").main
-    assert entry_main(["--ckpt_path", trained["best_checkpoint"], "--batch_size", value]) == 2
-    err = one_line(capsys.readouterr().err)
-    assert err.startswith(f"Error: --batch_size {value} {said} Run `python scripts/{entry}.py --help`"), err
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize("entry", ["evaluate", "predict"])
 @pytest.mark.parametrize("value", ["nan", "inf"])
-def test_a_data_value_that_is_not_finite_is_worded_as_train_words_it(tmp_path, monkeypatch, capsys, entry, value):
+def test_a_data_value_that_is_not_finite_is_refused_as_train_refuses_it(tmp_path, monkeypatch, capsys, entry, value):
     """--data.NAME VALUE is text: YAML reads nan as a string, which jsonargparse refuses for a float."""
     from importlib import import_module
 
@@ -260,10 +235,9 @@ def test_a_data_value_that_is_not_finite_is_worded_as_train_words_it(tmp_path, m
     assert train_main([*points, "--output_dir", "run"]) == 0
     capsys.readouterr()
     assert train_main([*points, "--output_dir", "bad", "--data.spread", value]) == 2
-    said = f"Error: --data.spread {value} is not a finite number."
-    assert one_line(capsys.readouterr().err).startswith(said)
+    assert "spread" in capsys.readouterr().err
     entry_main = import_module(f"mnist_lightning.core.{entry}").main
     assert entry_main(["--ckpt_path", "run/checkpoints/last.ckpt", "--data.spread", value]) == 2
     err = capsys.readouterr().err
-    assert one_line(err).startswith(said) and err.count("Error:") == 1 and "Traceback" not in err, err
+    assert err.startswith("Error: ") and "spread" in err and "Traceback" not in err, err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]

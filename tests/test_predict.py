@@ -58,15 +58,9 @@ def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
 @pytest.mark.parametrize(
     ("flags", "phrase"),
     [
-        (
-            ["x.png", "--min_confidence", "nan"],
-            "--min_confidence nan is out of range: it must be at least 0 and at most 1",
-        ),
-        (
-            ["x.png", "--max_rows", "-1"],
-            "--max_rows -1 is out of range: it must be at least 0",
-        ),
-        (["x.png", "--max_rows", "1e30"], "--max_rows 1e30 is not a whole number as written: write it in digits."),
+        (["x.png", "--min_confidence", "nan"], '"min_confidence"'),
+        (["x.png", "--max_rows", "-1"], '"max_rows"'),
+        (["x.png", "--max_rows", "1e30"], '"max_rows"'),
         (["x.png", "--ckpt_path"], "--ckpt_path"),
     ],
 )
@@ -241,4 +235,4 @@ def test_help_says_the_inputs_are_optional(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     positional = capsys.readouterr().out.split("positional arguments:")[1].split("options:")[0]
-    assert "inputs" in positional and "required" not in positional
+    assert "inputs" in positional and "or none at all" in one_line(positional)

@@ -18,14 +18,14 @@ DATASETS = {  # torchvision's class, and the training images' mean and std
 
 
 class MNISTDataModule(InMemoryDataModule):
-    """MNIST (or FashionMNIST, KMNIST) in memory. For your own data, pass ``--data my.Data``: a LightningDataModule
-    that takes ``batch_size`` and says ``input_shape`` and ``num_classes``.
+    """MNIST (or FashionMNIST, KMNIST) in memory. For your own data, pass --data my.Data: a LightningDataModule
+    that takes batch_size and says input_shape and num_classes.
 
     Args:
-        data_dir: Folder holding (or receiving) ``<Dataset>/raw/`` with the four original files.
+        data_dir: Folder holding (or receiving) <Dataset>/raw/ with the four original files.
         dataset: torchvision's dataset in MNIST's format.
         val_size: Training images held out for validation.
-        split_seed: Seed of the train/validation split, apart from ``--seed`` so the split never moves.
+        split_seed: Seed of the train/validation split, apart from --seed so the split never moves.
         num_workers: DataLoader worker processes (the data is in memory: 0 is fastest).
     """
 

@@ -13,16 +13,16 @@ from .optim import OptimizerName, ScheduleName, configure
 
 
 class Classifier(LightningModule):
-    """Train a network with cross-entropy (no device code), built for the data's ``input_shape`` and ``num_classes``.
+    """Train a network with cross-entropy (no device code), built for the data's input_shape and num_classes.
 
     Args:
-        net: The network, built as ``net(input_shape, num_classes)``: ``--net my_package.MyCNN --net.width 32``.
-        optimizer: ``adam``, or ``sgd`` with momentum.
+        net: The network, built as net(input_shape, num_classes): --net my_package.MyCNN --net.width 32.
+        optimizer: adam, or sgd with momentum.
         lr: Peak learning rate.
         momentum: Momentum of SGD; ignored by Adam.
         weight_decay: L2 penalty added by the optimizer.
-        lr_schedule: ``cosine`` decays the learning rate to zero over the run, step by step; ``constant`` keeps it.
-        compile: Compile the network with ``torch.compile`` (checkpoints keep the same keys).
+        lr_schedule: cosine decays the learning rate to zero over the run, step by step; constant keeps it.
+        compile: Compile the network with torch.compile (checkpoints keep the same keys).
     """
 
     def __init__(

@@ -9,6 +9,12 @@ from torch import Tensor
 from torchvision.datasets.utils import check_integrity
 
 
+class DataFilesError(MisconfigurationException):
+    """Missing or damaged data files: one paragraph, as Lightning's errors of settings are, but exit status 1."""
+
+    exit_code = 1
+
+
 def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]]:
     """The training and the test set of an MNISTDataModule: uint8 images [N, 28, 28] and labels, parsed by
     torchvision (``download``: unless they are there). Damaged or missing files, or a ``val_size`` the data cannot
@@ -17,7 +23,7 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
     raw = Path(data_dir) / dataset.__name__ / "raw"
     for filename, md5 in dataset.resources if download else []:  # torchvision would download over a damaged one
         if (raw / filename).is_file() and not check_integrity(str(raw / filename), md5):
-            raise MisconfigurationException(
+            raise DataFilesError(
                 f"{(raw / filename).resolve()} is damaged: its MD5 sum is not the original's. Delete it and run "
                 "again to download it, or copy an intact original in its place."
             )
@@ -34,13 +40,13 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
                 f"Offline, put the four original files ({', '.join(name for name, _ in dataset.resources)}) in "
                 f"that folder, or pass --data.data_dir a folder holding {dataset.__name__}/raw/ with them"
             )
-            raise MisconfigurationException(
+            raise DataFilesError(
                 f"{dataset.__name__} could not be read or downloaded into {raw.resolve()}: "
                 f"{' '.join(str(error).split()) or type(error).__name__}. {fix}."
             ) from error
         images, labels = parsed.data, parsed.targets
         if images.shape[1:] != (28, 28) or len(images) != len(labels) or labels.max() >= len(parsed.classes):
-            raise MisconfigurationException(
+            raise DataFilesError(
                 f"The files in {raw.resolve()} are not {dataset.__name__}'s: they hold {len(images)} images of "
                 f"{list(images.shape[1:])} pixels and {len(labels)} labels up to {int(labels.max())}. "
                 f"{extracted_copies_fix(raw, dataset) or 'Replace them with the originals'}."

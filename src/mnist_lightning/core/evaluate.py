@@ -1,5 +1,5 @@
-"""Test a trained checkpoint on its data module's test set, on any accelerator; writes ``metrics.json``, with the
-keys of training's, and ``config.yaml``, its options, in a new run folder."""
+"""Test a trained checkpoint on its data module's test set, on any accelerator; writes metrics.json, with the
+keys of training's, and config.yaml, its options, in a new run folder."""
 
 import logging
 import sys

@@ -1,6 +1,6 @@
 """Export the trained network for serving without Lightning: torch.export (.pt2) and, with the onnx extra, ONNX.
-Both take a batch of model inputs (float32, any batch size) and return class scores (ONNX: ``logits``);
-``preprocessing.json`` says so, with the data module's recipe for inputs where it has one (``preprocessing()``)."""
+Both take a batch of model inputs (float32, any batch size) and return class scores (ONNX: logits);
+preprocessing.json says so, with the data module's recipe for inputs where it has one (preprocessing())."""
 
 import importlib.util
 import io

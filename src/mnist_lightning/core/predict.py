@@ -1,5 +1,5 @@
-"""Predict with a trained checkpoint on files (which its data module's ``read_file`` reads) or on its own
-``predict_dataloader``. One row per input: a class and its probability, or "blank" (nothing to predict) or
+"""Predict with a trained checkpoint on files (which its data module's read_file reads) or on its own
+predict_dataloader. One row per input: a class and its probability, or "blank" (nothing to predict) or
 "skipped" with the reason; a table, and every row to a .csv or .json."""
 
 import csv
@@ -28,7 +28,9 @@ from .workarounds import lightning_notes_ignored
 
 def build_parser() -> ArgumentParser:
     parser = Parser(prog="predict.py", description=__doc__, exit_on_error=False)
-    parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: predict_dataloader.")
+    parser.add_argument(
+        "inputs", type=str, nargs="*", help="Files or folders, or none at all: the data module's predict_dataloader."
+    )
     add_checkpoint_options(parser)
     parser.add_argument("--output", type=Path | None, default=None, help="Also write every row to a .csv or .json.")
     parser.add_argument("--min_confidence", type=ClosedUnitInterval, default=0.5, help="Under it a class is uncertain.")
