@@ -2,7 +2,6 @@
 ``--max_time`` per epoch, SIGTERM under DDP, and the progress display."""
 
 import math
-import os
 import random
 import sys
 import time
@@ -53,8 +52,8 @@ class EpochHistory(Callback):
     """Each epoch's time and metrics, and the whole run's fit time and seed, kept in its checkpoints for a resumed
     run. A loss that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
 
-    def __init__(self, settings: dict | None = None) -> None:
-        self.settings = settings or {}  # the run's resolved options: a resume checks its record against them
+    def __init__(self, record: str | None = None) -> None:
+        self.record = record  # the fingerprint of the run's record (resume.fingerprint): a resume checks it
         self.rows: list[dict] = []
         self.fit_seconds_before = 0.0  # of a resumed run's earlier segments
         self.first_step = 0  # the global step this process starts training from
@@ -94,9 +93,7 @@ class EpochHistory(Callback):
         self.rows, self.fit_seconds_before = list(state_dict["rows"]), float(state_dict.get("fit_seconds", 0.0))
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        # What seed_everything set: a resume checks that its record still says it (it orders the data).
-        checkpoint["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        checkpoint["settings"] = self.settings
+        checkpoint["record"] = self.record
         checkpoint["random_states"] = random_states()
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:

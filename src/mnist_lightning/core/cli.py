@@ -6,10 +6,8 @@ a class path, their arguments as ``--net.NAME``. Each run records its resolved c
 import importlib.util
 import inspect
 import itertools
-import json
 import logging
 import os
-import shlex
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -52,21 +50,14 @@ from .records import (
     new_run_dir,
     replaced,
 )
+from .resume import fingerprint, refuse_finished_run, resumed_record
 from .workarounds import lightning_notes_ignored
 
 # Lightning's error for a setting that cannot work, raised by Lightning or by a data module: printed as a paragraph.
 USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-# What a resumed run may change (how long it trains, where and how it shows progress): not what makes the run.
-RESUMABLE_CHANGES = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "quiet"}
-RESUMABLE_CHANGES |= {"enable_progress_bar", "enable_model_summary", "callbacks"}
-RESUMABLE_CHANGES |= {"data.init_args.data_dir", "data.init_args.num_workers"}  # where the data is, how it is read
-RESUMABLE_CHANGES |= {"limit_test_batches"}  # how much of the test set a finished fit is tested on
-# Not what a run is: which run it is, and data.init_args.batch_size, which is --batch_size (linked).
-NOT_COMPARED = RESUMABLE_CHANGES | {"config", "output_dir", "ckpt_path", "data.init_args.batch_size"}
 DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
-RUN_FLAGS = ("--output_dir", "--ckpt_path")  # which run: a new one (where) or one to resume or start from
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 # The Trainer's options that take a number of batches (int) or a fraction (float), declared here with int | float:
 # typing caches unions, and hands back an equal Union[float, int] made earlier (one in Lightning itself) for
@@ -159,23 +150,15 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     print_config = [arg for arg in argv if arg.split("=")[0] == "--print_config"]
     argv = [arg for arg in argv if arg not in print_config]
     parser = build_parser()
-    options = [key for key in vars(parser.get_defaults()) if key != "config"]  # in the order a record writes them
-    files = {path: read_config_file(path) for path in flag_values(argv, "--config")}
-    refuse_data_batch_size(argv, files)
-    # The flags that say which run this is win over any config file, wherever it comes: a record given after
-    # --output_dir R --ckpt_path last (whose output_dir and ckpt_path are null) must not turn the resume into a new run.
-    argv += [arg for flag in RUN_FLAGS if (value := flag_value(argv, flag)) is not None for arg in (flag, value)]
-    # A resumed run is parsed on its record from the start: its --data.NAME flags are arguments of the recorded
-    # data module, which need not be the default one. (Else the flags alone; a config file may name the run.)
-    record = resume_record(flag_value(argv, "--output_dir"), flag_value(argv, "--ckpt_path"))
-    config = None if record else parser.parse_args(argv)
-    record = record or resume_record(config.output_dir, config.ckpt_path)
-    if record:
-        refuse_cut_record(record, options)
-        read_config_file(record)  # edited by hand, perhaps
-        recorded = parser.parse_args(["--config", record])  # alone: a bad value there is the record's
-        config = parser.parse_args(["--config", record, *argv])
-        refuse_changes(recorded, config)
+    if flag_value(argv, "--ckpt_path") == "last":  # the run's record, and the flags a resume may change
+        record = resumed_record(argv)
+        read_config_file(str(record))  # duplicate keys: a record edited by hand before its first checkpoint
+        config = parser.parse_args(["--config", str(record), *argv])
+    else:
+        refuse_data_batch_size(argv, {path: read_config_file(path) for path in flag_values(argv, "--config")})
+        config = parser.parse_args(argv)
+        if config.ckpt_path == "last":
+            raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
     check_schedule(config)
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
@@ -207,63 +190,6 @@ def refuse_data_batch_size(argv: list[str], files: dict[str, dict]) -> None:
             f"{given[0].split('=')[0]}: the batch size is the top-level --batch_size (a top-level batch_size: in a "
             "config file), which every data module takes; give it there."
         )
-
-
-def resume_record(output_dir: str | None, ckpt_path: str | None) -> str | None:
-    record = Path(output_dir or "") / RUN_RECORD
-    return str(record) if ckpt_path == "last" and output_dir and record.is_file() else None
-
-
-def refuse_cut_record(record: str, options: list[str]) -> None:
-    """A record cut short or damaged (a full disk, a copy stopped midway) would resume with defaults for what it lost.
-    A run writes every option, in order: lacking one before the last is no cut (a record from before an upgrade)."""
-    text, reason = Path(record).read_text(errors="replace"), None
-    try:
-        written = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark, written = getattr(error, "problem_mark", None), None
-        reason = "it is not valid YAML" + (f" (line {mark.line + 1})" if mark else "")
-    if isinstance(written, dict):
-        lacks = [option for option in options if option not in written]
-        if text.endswith("\n") and options[-1] not in lacks:
-            return
-        if options[0] in lacks and "ckpt_path" in written:  # whole, but another script's (evaluate.py's, say)
-            raise UserError(
-                f"{Path(record).parent} is not the folder of a training run ({record} is not a record of "
-                "scripts/train.py, which names every option), so there is no run to resume: pass the --output_dir of "
-                "a run of train.py."
-            )
-        reason = "its last line stops mid-way"
-        if lacks:
-            reason = f"it has no line for --{', --'.join(lacks[:4])}" + f" and {len(lacks) - 4} more" * (len(lacks) > 4)
-    elif reason is None:
-        reason = "it is empty" if written is None else "it holds no option: value lines"
-    raise UserError(
-        f"{record} is the record of the run being resumed, and it is incomplete or damaged: {reason} (a run writes "
-        "every option there). Restore it (from a backup or a copy of the run), or start a new run."
-    )
-
-
-def compared_keys(config: Namespace) -> list[str]:
-    """The keys of what a run is: all but :data:`NOT_COMPARED`."""
-    keys = config.keys()  # a jsonargparse Namespace: the dotted keys of nested settings too
-    return [key for key in keys if not {key, key.split(".")[0]} & NOT_COMPARED]
-
-
-def refuse_changes(recorded: Namespace, config: Namespace) -> None:
-    changed = [key for key in compared_keys(config) if config[key] != recorded.get(key)]
-    if changed:
-        listed = "; ".join(f"{as_flag(key)} {recorded.get(key)} -> {config[key]}" for key in changed)
-        raise UserError(
-            f"A resumed run keeps the configuration in its {RUN_RECORD}, but these options differ from it: {listed}. "
-            f"Leave them out to resume the run as it was (only {', '.join(sorted(map(as_flag, RESUMABLE_CHANGES)))} "
-            "may change), or start a new run."
-        )
-
-
-def as_flag(key: str) -> str:
-    """data.init_args.val_size -> --data.val_size."""
-    return "--" + key.replace(".init_args.", ".").removesuffix(".class_path")
 
 
 @dataclass
@@ -302,15 +228,16 @@ def build_training(config: Namespace) -> Training:
             load_weights(model, run_dir / "checkpoints" / "last.ckpt", resuming=True)  # Lightning loads them again
         if rank_zero_only.rank == 0:
             datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
-        trainer = build_trainer(built, run_dir, resuming, run_settings(config))
+        # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept
+        # here would stop every later resume at once (Lightning's Timer counts the whole run's time).
+        record = config.clone()
+        record.output_dir, record.max_time, record.ckpt_path = None, None, weights
+        record_text = build_parser().dump(record, skip_none=False)
+        trainer = build_trainer(built, run_dir, resuming, fingerprint(record_text))
         record_classes(model, datamodule, config)
         if trainer.is_global_zero:
-            # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time
-            # kept here would stop every later resume at once (Lightning's Timer counts the whole run's time).
-            record = config.clone()
-            record.output_dir, record.max_time, record.ckpt_path = None, None, weights
             with replaced(run_dir / RUN_RECORD) as file:  # whole or not at all: a WriteError names a full disk
-                file.write(build_parser().dump(record, skip_none=False).encode())
+                file.write(record_text.encode())
     except BaseException:
         if not resuming and rank_zero_only.rank == 0:
             discard_new_run(run_dir)
@@ -373,11 +300,6 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         # Given rank 0's command: a --ckpt_path last that rank 0 turned into a new start (no checkpoint) is one here.
         return Path(shared), resuming and (Path(shared) / "checkpoints" / "last.ckpt").is_file()
     last = run_dir / "checkpoints" / "last.ckpt"
-    if resuming and not config.output_dir:
-        raise UserError(
-            "--ckpt_path last resumes the run in --output_dir, but no --output_dir was given. Pass the folder of the "
-            "run to resume, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last."
-        )
     if resuming and run_dir.is_dir():
         lock(run_dir)  # one run at a time in a folder
     if resuming and not last.is_file() and clear_unstarted_run(run_dir):
@@ -395,16 +317,8 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
             f"weights can be tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run "
             f"(scripts/train.py --ckpt_path {kept[0]})."
         )
-    elif resuming and not last.is_file():
-        raise UserError(
-            f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of a run "
-            f"of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last. A run stopped before "
-            f"it wrote its {RUN_RECORD} left nothing to resume: run its own command again, without --ckpt_path last."
-        )
     elif resuming:
-        contents = read_checkpoint(last)
-        check_record(run_dir, contents, config)
-        refuse_finished_run(run_dir, completed_epochs(contents), config.max_epochs)
+        refuse_finished_run(run_dir, completed_epochs(read_checkpoint(last)), config.max_epochs)
     else:
         try:
             run_dir = new_run_dir(config.output_dir)
@@ -414,64 +328,6 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
             raise
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     return run_dir, resuming
-
-
-def check_record(run_dir: Path, contents: dict, config: Namespace) -> None:
-    """A resumed run's record must say what its checkpoint was trained with, or the finished run would mix two."""
-    record = run_dir / RUN_RECORD
-    if not record.is_file():
-        raise UserError(
-            f"{run_dir} has a checkpoint but no {RUN_RECORD}, which says how the run was configured, so it cannot be "
-            f"resumed as it was. Restore {RUN_RECORD} (from a backup or a copy of the run), or start a new run."
-        )
-    kept, given = contents.get("settings") or {}, run_settings(config)  # none in checkpoints older than EpochHistory's
-    differ = [
-        f"{as_flag(key)}: {given.get(key)!r} in the record, {value!r} in the checkpoint"
-        for key, value in kept.items()
-        if key in given and given[key] != value  # (an option that is gone, with an upgrade, is not compared)
-    ]
-    if differ:
-        raise UserError(
-            f"{record} does not say what {run_dir / 'checkpoints' / 'last.ckpt'} was trained with "
-            f"({'; '.join(differ)}): it was edited after the run started. Restore the values the run was trained "
-            "with, or start a new run with the new ones."
-        )
-
-
-def run_settings(config: Namespace) -> dict[str, Any]:
-    """What a run is as plain values, which ``weights_only`` loads read."""
-    kept = {key: config[key] for key in compared_keys(config)}
-
-    plain = json.dumps(
-        kept, default=lambda value: value.as_dict() if isinstance(value, Namespace) else network_path(value)
-    )
-    return json.loads(plain)
-
-
-def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
-    """A resumed run must have epochs left to train."""
-    if max_epochs is None or max_epochs < 0:
-        return
-    longer = f"{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}"
-    if epochs_done > max_epochs:
-        raise UserError(
-            f"The run in {run_dir} has already trained {epochs_done} epochs, more than --max_epochs {max_epochs}; "
-            f"a resumed run can only train longer, e.g. `{longer}`."
-        )
-    if epochs_done == max_epochs and (run_dir / "metrics.json").is_file():
-        raise UserError(
-            f"The run in {run_dir} has already finished: it trained its {epochs_done} epochs and was tested "
-            f"(metrics.json). To train it longer, resume with a larger --max_epochs, e.g. `{longer}`; to test it "
-            f"again, python scripts/evaluate.py --ckpt_path {run_dir / 'checkpoints' / 'last.ckpt'}."
-        )
-
-
-def resume_hint(run_dir: Path) -> str:
-    """The command that resumes this run, for a shell."""
-    script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
-    as_module = Path(script).resolve().parent == Path(__file__).resolve().parent  # python -m <package>.core.train
-    command = ["-m", f"{__package__}.train"] if as_module else [script]
-    return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
 
 
 def as_list(value: Any) -> list:
@@ -490,9 +346,9 @@ def build_logger(config: Namespace, run_dir: Path, resuming: bool) -> Logger | l
     return config.logger  # False, or Logger objects built from class paths
 
 
-def build_trainer(config: Namespace, run_dir: Path, resuming: bool, settings: dict) -> Trainer:
+def build_trainer(config: Namespace, run_dir: Path, resuming: bool, record: str | None) -> Trainer:
     logger = build_logger(config, run_dir, resuming)
-    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(settings)]
+    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(record)]
     if config.max_time is not None:
         callbacks.append(EpochTimer(config.max_time))
     if logger:

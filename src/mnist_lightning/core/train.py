@@ -18,9 +18,10 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from ..lightning_module import Classifier
 from .callbacks import EpochHistory, StopTogether
 from .checks import check_tested
-from .cli import USER_ERRORS, Training, build_training, parse_args, resume_hint
+from .cli import USER_ERRORS, Training, build_training, parse_args
 from .errors import TERMINATED, UserError, WriteError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
+from .resume import resume_hint
 from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 

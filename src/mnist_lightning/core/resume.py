@@ -1,0 +1,116 @@
+"""Resuming a run: ``train.py --output_dir RUN --ckpt_path last`` goes on from RUN's last.ckpt with the options of
+RUN's config.yaml. Its own parser takes only what may change between a run's segments, so any other flag is refused
+as unknown; and every checkpoint keeps a fingerprint of the record it was trained with, so a record edited, cut short
+or damaged since is refused before anything is written."""
+
+import hashlib
+import inspect
+import json
+import shlex
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from jsonargparse import ArgumentParser
+from lightning.pytorch import Trainer
+
+from .checkpoints import read_checkpoint
+from .errors import UserError
+from .records import RUN_RECORD
+
+# How long a run trains, where and how it shows progress, where its data is and how it is read: not what the run is.
+RESUMABLE_TRAINER = {"max_epochs", "max_time", "accelerator", "devices", "num_nodes", "strategy", "callbacks"}
+RESUMABLE_TRAINER |= {"enable_progress_bar", "enable_model_summary", "limit_test_batches"}
+RESUMABLE = RESUMABLE_TRAINER | {"quiet", "data.data_dir", "data.num_workers", "output_dir"}
+
+
+@cache
+def build_resume_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="train.py --output_dir RUN --ckpt_path last",
+        description="Resume the run in RUN from its last.ckpt, with the options of its config.yaml; only these may "
+        "change.",
+        exit_on_error=False,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--output_dir", type=str, required=True, help="The folder of the run to resume.")
+    parser.add_argument("--ckpt_path", type=Literal["last"], required=True, help="last: the run's last.ckpt.")
+    parser.add_argument("--quiet", type=bool | None, help="No progress bar, model summary or banners.")
+    parser.add_argument("--data.data_dir", type=str | None, help="Where the data is now.")
+    parser.add_argument("--data.num_workers", type=int | None, help="DataLoader worker processes.")
+    others = set(inspect.signature(Trainer).parameters) - RESUMABLE_TRAINER
+    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip=others)
+    return parser
+
+
+def resumed_record(argv: list[str]) -> Path:
+    """The record of the run that ``argv`` resumes, refusing any flag a resume may not change and a record that is not
+    the one its last.ckpt was trained with."""
+    run_dir = Path(build_resume_parser().parse_args(argv).output_dir)
+    record, last = run_dir / RUN_RECORD, run_dir / "checkpoints" / "last.ckpt"
+    if last.is_file() and not record.is_file():
+        raise UserError(
+            f"{run_dir} has a checkpoint but no {RUN_RECORD}, which says how the run was configured, so it cannot be "
+            f"resumed as it was. Restore {RUN_RECORD} (from a backup or a copy of the run), or start a new run."
+        )
+    if last.is_file() and fingerprint(record.read_text(errors="replace")) != read_checkpoint(last).get("record"):
+        raise UserError(
+            f"{record} is not the record {last} was trained with: it was edited, cut short or damaged since (a run "
+            "writes it whole before training; a resume changes options with its flags). Restore it (from a backup or "
+            "a copy of the run), or start a new run."
+        )
+    if not record.is_file():
+        raise UserError(
+            f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of a run "
+            f"of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last. A run stopped before "
+            f"it wrote its {RUN_RECORD} left nothing to resume: run its own command again, without --ckpt_path last."
+        )
+    return record
+
+
+def fingerprint(record_text: str) -> str | None:
+    """What a run is, from its record: a hash of every option but those a resume may change (None: no record)."""
+    try:
+        options = yaml.safe_load(record_text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(options, dict):
+        return None
+    kept = {key: value for key, value in flat(options) if key.replace(".init_args.", ".") not in RESUMABLE}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def flat(options: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """data: {init_args: {val_size: 5}} -> data.init_args.val_size: 5."""
+    pairs = []
+    for key, value in options.items():
+        pairs += flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)]
+    return pairs
+
+
+def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
+    """A resumed run must have epochs left to train."""
+    if max_epochs is None or max_epochs < 0:
+        return
+    longer = f"{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}"
+    if epochs_done > max_epochs:
+        raise UserError(
+            f"The run in {run_dir} has already trained {epochs_done} epochs, more than --max_epochs {max_epochs}; "
+            f"a resumed run can only train longer, e.g. `{longer}`."
+        )
+    if epochs_done == max_epochs and (run_dir / "metrics.json").is_file():
+        raise UserError(
+            f"The run in {run_dir} has already finished: it trained its {epochs_done} epochs and was tested "
+            f"(metrics.json). To train it longer, resume with a larger --max_epochs, e.g. `{longer}`; to test it "
+            f"again, python scripts/evaluate.py --ckpt_path {run_dir / 'checkpoints' / 'last.ckpt'}."
+        )
+
+
+def resume_hint(run_dir: Path) -> str:
+    """The command that resumes this run, for a shell."""
+    script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
+    as_module = Path(script).resolve().parent == Path(__file__).resolve().parent  # python -m <package>.core.train
+    command = ["-m", f"{__package__}.train"] if as_module else [script]
+    return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
