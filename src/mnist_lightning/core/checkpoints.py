@@ -15,7 +15,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from ..lightning_module import Classifier
 from .errors import UserError
 from .records import replaced
 
@@ -27,7 +26,7 @@ class CheckpointError(UserError):
 
 
 class Checkpoint(NamedTuple):
-    model: Classifier
+    model: LightningModule
     datamodule: LightningDataModule
     epochs: int  # completed when it was saved
 
@@ -37,7 +36,7 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     contents = read_checkpoint(path)
     recorded = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
     try:
-        model = Classifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+        model = LightningModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
         raise CheckpointError(

@@ -1,8 +1,9 @@
-"""The command line of ``scripts/train.py`` turned into built objects. Every argument of the Trainer and the Classifier
+"""The command line of ``scripts/train.py`` turned into built objects. Every argument of the Trainer and the model
 is a top-level flag and config-file key (LightningCLI would nest them: ``--trainer.accelerator``); --net and --data take
 a class path, their arguments as ``--net.NAME``. Each run records its resolved configuration in ``<run>/config.yaml``.
 """
 
+import importlib
 import importlib.util
 import inspect
 import itertools
@@ -19,14 +20,13 @@ import yaml
 from annotated_types import Ge
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import LightningDataModule, Trainer, seed_everything
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from ..lightning_module import Classifier
 from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
@@ -57,7 +57,10 @@ from .workarounds import lightning_notes_ignored
 USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"  # the example; --data replaces it
+# The classes this machinery builds, by class path, as LightningCLI(model_class, datamodule_class) receives them: the
+# model's arguments are top-level flags; --data replaces the data module.
+MODEL = "mnist_lightning.lightning_module.Classifier"
+DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 # The Trainer's options that take a number of batches (int) or a fraction (float), declared here with int | float:
 # typing caches unions, and hands back an equal Union[float, int] made earlier (one in Lightning itself) for
@@ -78,6 +81,11 @@ class Parser(ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)  # --max_epoch is a mistake to name, not --max_epochs silently
         super().__init__(*args, **kwargs)
+
+
+def model_class() -> type[LightningModule]:
+    module, _, name = MODEL.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 @cache  # one parser per process: parsing, building the classes and saving the record share it
@@ -112,7 +120,7 @@ def build_parser() -> ArgumentParser:
         "medium (bfloat16); torch.set_float32_matmul_precision.",
     )
     # The data's sizes are the data module's to give, not options (build_model_and_data).
-    parser.add_class_arguments(Classifier, nested_key=None, instantiate=False, skip={"input_shape", "num_classes"})
+    parser.add_class_arguments(model_class(), nested_key=None, instantiate=False, skip={"input_shape", "num_classes"})
     parser.add_subclass_arguments(LightningDataModule, "data", help="The data module, by class path.")
     parser.groups["data"].title = (  # else the first lines of LightningDataModule's docstring, cut mid-sentence
         "The data: any LightningDataModule by class path, its arguments as --data.NAME VALUE (listed by "
@@ -197,7 +205,7 @@ class Training:
     """What :func:`mnist_lightning.core.train.train` takes."""
 
     trainer: Trainer
-    model: Classifier
+    model: LightningModule
     datamodule: LightningDataModule
     ckpt_path: str | None
     run_dir: Path
@@ -250,11 +258,11 @@ def build_training(config: Namespace) -> Training:
 INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"  # how load_from_checkpoint rebuilds a class path
 
 
-def build_model_and_data(config: Namespace) -> tuple[Namespace, Classifier, LightningDataModule]:
+def build_model_and_data(config: Namespace) -> tuple[Namespace, LightningModule, LightningDataModule]:
     """``config`` with its classes built, and the model built for the data module's sizes."""
     built = build_parser().instantiate_classes(config)
     sizes = data_sizes(built.data)
-    model = Classifier(**arguments_of(Classifier, built), **sizes)
+    model = model_class()(**arguments_of(model_class(), built), **sizes)
     check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
     return built, model, built.data
 
@@ -278,15 +286,15 @@ def arguments_of(cls: type, config: Namespace) -> dict[str, Any]:
     return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
 
 
-def record_classes(model: Classifier, datamodule: LightningDataModule, config: Namespace) -> None:
+def record_classes(model: LightningModule, datamodule: LightningDataModule, config: Namespace) -> None:
     """Class paths and settings as hyperparameters, as LightningCLI keeps them: ``load_from_checkpoint`` rebuilds any
     --net and --data with Lightning's ``instantiate_module``, with no pickled code in the checkpoint."""
     settings = config.as_dict()
-    chosen = arguments_of(Classifier, Namespace(settings))
+    chosen = arguments_of(model_class(), Namespace(settings))
     if not isinstance(chosen.get("net"), dict):  # a function that builds the network: kept as its import path
         chosen["net"] = network_path(config.net)
     data = {**(settings["data"].get("init_args") or {}), "_class_path": settings["data"]["class_path"]}
-    model.save_hyperparameters({**model.hparams, **chosen, "_instantiator": INSTANTIATOR})
+    model.save_hyperparameters({**model.hparams, **chosen, "_class_path": MODEL, "_instantiator": INSTANTIATOR})
     datamodule.save_hyperparameters({**data, "_instantiator": INSTANTIATOR})
 
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
-from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 
-from ..lightning_module import Classifier
 from .callbacks import BatchCheck, progress_display
 from .checkpoints import Checkpoint, load_checkpoint
 from .checks import check_tested
@@ -47,7 +46,11 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
 
 
 def evaluate(
-    trainer: Trainer, model: Classifier, datamodule: LightningDataModule, epochs: int, checkpoint: str | None = None
+    trainer: Trainer,
+    model: LightningModule,
+    datamodule: LightningDataModule,
+    epochs: int,
+    checkpoint: str | None = None,
 ) -> dict:
     """Test ``model`` (the weights of ``checkpoint``, recorded as the run's tested checkpoint)."""
     start = time.perf_counter()

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ..lightning_module import Classifier
 from .callbacks import EpochHistory, StopTogether
 from .checks import check_tested
 from .cli import USER_ERRORS, Training, build_training, parse_args
@@ -30,7 +29,7 @@ class NothingTrainedError(UserError):
 
 
 def train(
-    trainer: Trainer, model: Classifier, datamodule: LightningDataModule, ckpt_path: str | None = None
+    trainer: Trainer, model: LightningModule, datamodule: LightningDataModule, ckpt_path: str | None = None
 ) -> dict[str, Any]:
     """Fit (resuming from ``ckpt_path`` if given), test the best checkpoint; the metrics, also in metrics.json."""
     run_dir = Path(trainer.default_root_dir)
