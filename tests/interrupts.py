@@ -46,7 +46,8 @@ class SignalAt(Callback):
 
     moment: ``setup`` (the fit's setup, before Lightning's own signal handling), ``batch`` (the start of training
     batch ``step``), ``validation`` (the second validation batch of epoch ``epoch``), ``checkpoint`` (while a
-    checkpoint of epoch ``epoch`` is being put together, before its file is written).
+    checkpoint of epoch ``epoch`` is being put together, before its file is written), ``train_end`` (after the fit's
+    last batch: after Lightning's last check for a stop), ``fit_end`` (the fit's last hook).
     """
 
     def __init__(self, signal: str, moment: str, marker: str, epoch: int = 1, step: int = 3) -> None:
@@ -72,6 +73,14 @@ class SignalAt(Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self.moment == "checkpoint" and trainer.current_epoch == self.epoch:
+            self._fire()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.moment == "train_end":
+            self._fire()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self.moment == "fit_end":
             self._fire()
 
 

@@ -113,3 +113,16 @@ def test_sigterm_stops_every_process_together_and_the_run_resumes_exactly(flags,
             assert comparison["max_weight_difference"] == 0.0, (what, comparison)
             assert comparison["test/acc"][0] == comparison["test/acc"][1], (what, comparison)
             assert comparison["history_epochs"] == list(range(EPOCHS)), (what, comparison)
+
+
+def test_a_sigterm_after_the_last_batch_stops_every_process_before_the_test(flags, tmp_path):
+    """Sent as the fit ends (after its last check for one), to one process or both: no process tests."""
+    run = tmp_path / "run"
+    options = ["--callbacks", "interrupts.SignalAt", "--callbacks.signal", "SIGTERM", "--callbacks.moment", "fit_end"]
+    process = train([*flags, "--max_epochs", "2", *options, "--callbacks.marker", str(tmp_path / "fired")], run)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 143 and output.count("Stopped by SIGTERM") == 1, output[-3000:]
+    assert "Traceback" not in output and not (run / "metrics.json").exists() and folder_free(run)
+    resume = start(RESUME_LINE.findall(output)[-1])
+    _, stderr = resume.communicate(timeout=300)
+    assert resume.returncode == 0 and (run / "metrics.json").is_file(), stderr[-3000:]

@@ -58,6 +58,7 @@ CASES = [
     ("SIGTERM", "batch", {"step": 45}, 143),
     ("SIGTERM", "validation", {"epoch": 2}, 143),  # the epoch's validation runs to its end, then the run stops
     ("SIGINT", "validation", {"epoch": 1}, 130),
+    ("SIGTERM", "train_end", {}, 143),  # after the fit's last check for a stop: the run stops before its test
     ("SIGKILL", "checkpoint", {"epoch": 3}, -9),  # while last.ckpt of epoch 3 is being saved
     ("SIGKILL", "batch", {"step": 5}, -9),  # before the first checkpoint: the resume command starts it over
 ]
@@ -101,7 +102,7 @@ def test_a_stop_while_the_fit_sets_up_stops_the_run(flags, tmp_path, name):
     process = start(train_command([*flags, "--max_epochs", "3", *signal_at(name, "setup", tmp_path / "m")], run))
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 128 + getattr(signal, name) and "Traceback" not in stderr, stderr[-3000:]
-    assert "before the first epoch ended" in stderr and not run.exists()
+    assert "before writing its first" in stderr and not run.exists()
 
 
 def test_ctrl_c_while_last_ckpt_is_written_keeps_the_previous_one(flags, uninterrupted, tmp_path):

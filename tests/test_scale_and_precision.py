@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_RUN, train_run
+from helpers import FAKE_TEST, TINY_RUN, fake_digits, train_run, write_idx
 
 from mnist_lightning.core.cli import parse_args
 
@@ -44,25 +44,32 @@ def test_same_seed_and_deterministic_runs_write_identical_metrics(fake_mnist, tm
 
 @pytest.mark.slow
 def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
-    """Lightning's own DDP (gloo on CPU): one metrics.json from rank 0, metrics synced over both ranks."""
+    """Lightning's own DDP (gloo on CPU): one metrics.json from rank 0, metrics synced over both ranks, each test
+    sample counted once though the two processes cannot share the test set evenly."""
+    data = shutil.copytree(fake_mnist, tmp_path / "data")
+    images, labels = fake_digits(FAKE_TEST + 1, seed=1)  # odd
+    write_idx(data / "MNIST" / "raw" / "t10k-images-idx3-ubyte", images)
+    write_idx(data / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", labels)
     output_dir = tmp_path / "ddp"
-    flags = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--data.data_dir", str(fake_mnist)]
+    flags = ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--data.data_dir", str(data)]
     flags += ["--output_dir", str(output_dir), *TINY_RUN]
     result = subprocess.run([sys.executable, "scripts/train.py", *flags], cwd=ROOT, capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert "Warning" not in result.stderr.decode() and "DistributedSampler" not in result.stderr.decode()
     metrics = json.loads((output_dir / "metrics.json").read_text())
     assert metrics["devices"] == 2 and metrics["test/acc"] > 0.9
+    assert sum(map(sum, metrics["test/confusion_matrix"])) == FAKE_TEST + 1
     # Each rank trained on its own half: 1,000 training images, batch 100 -> 5 steps per rank per epoch.
     steps = [line for line in (output_dir / "logs" / "metrics.csv").read_text().splitlines()[1:] if line.split(",")[0]]
     assert steps  # the CSV logger wrote, once
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]  # no second run folder from rank 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "ddp"]  # no second run folder from rank 1
     assert result.stdout.decode().count("Test accuracy") == 1  # only rank 0 prints the summary
     # A run stopped before its first checkpoint (its record alone) is started over by its resume command, by every
     # process: rank 1 too, which is given that command's --ckpt_path last by Lightning.
     unstarted = tmp_path / "unstarted"
     unstarted.mkdir()
     shutil.copy(output_dir / "config.yaml", unstarted / "config.yaml")
-    resume = ["--output_dir", str(unstarted), "--ckpt_path", "last", "--data.data_dir", str(fake_mnist)]
+    resume = ["--output_dir", str(unstarted), "--ckpt_path", "last", "--data.data_dir", str(data)]
     result = subprocess.run([sys.executable, "scripts/train.py", *resume], cwd=ROOT, capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     assert json.loads((unstarted / "metrics.json").read_text())["devices"] == 2

@@ -119,8 +119,10 @@ def test_a_full_disk_while_the_plots_are_drawn(fake_mnist, tmp_path, capsys, mon
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
     run = tmp_path / "run"
     assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(run)]) == 1
-    message = one_line(capsys.readouterr().err)
+    captured = capsys.readouterr()
+    message = one_line(captured.err)
     assert f"{run / 'curves.png'} could not be written: the disk is full" in message and "Traceback" not in message
+    assert "Test accuracy" in captured.out  # the results, said before the plots
     assert f"The run is complete, its results are in {run / 'metrics.json'}" in message, message
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
     assert (run / "checkpoints" / "last.ckpt").is_file() and not [*run.glob("*.png"), *run.glob(".*partial")]
@@ -142,7 +144,8 @@ def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
     message = one_line(capsys.readouterr().err)
     assert code == 1 and "could not be written: the write was cut short" in message, message
-    assert "the disk is full" not in message
+    assert "the disk is full" not in message and "enable_checkpointing" not in message  # its first checkpoint's
+    assert "checkpoint holds its progress (it stopped before writing its first)" in message
 
 
 def test_a_finished_fit_without_checkpoints_is_kept_when_metrics_json_cannot_be_written(fake_mnist, tmp_path, capsys):

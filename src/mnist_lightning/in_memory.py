@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
@@ -27,7 +28,11 @@ class InMemoryDataModule(LightningDataModule):
         return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        # Under DDP, every sample once: Lightning's DistributedSampler would repeat a few to give each process as many
+        # (and warns that the test metrics count them twice); Lightning's sampler for predictions repeats none.
+        ranks = self.trainer.distributed_sampler_kwargs if self.trainer else None  # None: one process
+        sampler = UnrepeatedDistributedSampler(self.datasets["test"], shuffle=False, **ranks) if ranks else None
+        return self._loader("test", sampler)
 
     predict_dataloader = test_dataloader
 

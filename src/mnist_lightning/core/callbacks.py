@@ -105,18 +105,18 @@ class EpochHistory(Callback):
 class StopTogether(Callback):
     """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
     agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
-    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together);
-    cli.build_trainer adds it to distributed runs only."""
+    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together),
+    and train.train asks again after the fit; cli.build_trainer adds it to distributed runs only."""
 
     def __init__(self) -> None:
         self.received = False
 
-    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
-        if trainer.strategy.reduce_boolean_decision(self.received, all=False):
-            raise SIGTERMException  # how Lightning stops a fit on SIGTERM
+    def any_received(self, trainer: Trainer) -> bool:
+        return trainer.strategy.reduce_boolean_decision(self.received, all=False)
 
-    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:  # one that came after the last batch
-        self.on_train_batch_end(trainer)
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if self.any_received(trainer):
+            raise SIGTERMException  # how Lightning stops a fit on SIGTERM
 
 
 def random_states() -> dict:

@@ -38,6 +38,10 @@ def train(
     with lightning_notes_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
+    together = next((c for c in trainer.callbacks if isinstance(c, StopTogether)), None)
+    if together.any_received(trainer) if together else trainer.received_sigterm:
+        raise SIGTERMException
     if trainer.global_step == 0 and trainer.num_training_batches == 0:
         raise NothingTrainedError(
             f"The data module {type(datamodule).__name__} gave no training batch (its train_dataloader() is empty), "
@@ -91,17 +95,19 @@ def train(
         metrics = {"fast_dev_run": int(trainer.fast_dev_run)} | metrics
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
-        plots = []
+        print_summary(metrics, run_dir)  # before the plots: a plot that cannot be written leaves the results said
         if importlib.util.find_spec("matplotlib") and not trainer.fast_dev_run:
             from .plots import save_plots  # matplotlib's import is slow: only runs that plot pay for it
 
-            plots = save_plots(rows, model.test_confusion_matrix, run_dir)
-        print_summary(metrics, run_dir, plots)
+            for path in save_plots(rows, model.test_confusion_matrix, run_dir):
+                print(f"Plot: {path}")
+        elif not trainer.fast_dev_run:
+            print('Plots: pip install -e ".[plots]" for learning curves and a confusion matrix.')
     return metrics
 
 
-def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> None:
-    shown = [path for path in sorted(run_dir.iterdir()) if path not in plots and not path.name.startswith(".")]
+def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
+    shown = [path for path in sorted(run_dir.iterdir()) if not path.name.startswith(".")]
     contents = ", ".join(path.name + "/" * path.is_dir() for path in shown)
     if batches := metrics.get("fast_dev_run"):
         print(
@@ -121,10 +127,6 @@ def print_summary(metrics: dict[str, Any], run_dir: Path, plots: list[Path]) -> 
         f"{metrics['devices']} x {metrics['accelerator']} ({metrics['precision']} precision).\n"
         f"Run folder: {run_dir}  ({contents})"
     )
-    for path in plots:
-        print(f"Plot: {path}")
-    if not plots:
-        print('Plots: pip install -e ".[plots]" for learning curves and a confusion matrix.')
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             error.args = (f"{error} {where[0].upper()}{where[1:]}",)
             raise
 
-    def stops_itself() -> bool:  # on SIGTERM: whether the fit stops after a batch, having noted it
+    def stops_itself() -> bool:  # on SIGTERM: whether the fit (or train, after it) stops after a batch, having noted it
         state = job.trainer.state if job else None
         if not (state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING):
             return False
@@ -191,11 +193,14 @@ def where_the_run_stands(training: Training | None) -> str:
         return (
             f"the fit finished, and {training.run_dir} keeps every file the run wrote ({RUN_RECORD}, its logs of every "
             "epoch and of the test if it ran). With no checkpoint (--enable_checkpointing false) it cannot be resumed "
-            "to write the rest: once the cause is fixed, run the same command again with a new --output_dir."
+            "to write the rest: run the same command again with a new --output_dir."
         )
+    kept = "--enable_checkpointing false keeps none"
+    if training.trainer.checkpoint_callback:  # also where the first checkpoint's write failed
+        kept = "it stopped before writing its first"
     return (
-        "no checkpoint holds its progress (it stopped before the first epoch ended, or --enable_checkpointing false "
-        "keeps none), so there is nothing to resume. Run the same command again to start over."
+        f"no checkpoint holds its progress ({kept}), so there is nothing to resume. Run the same command again to "
+        "start over."
     )
 
 
