@@ -60,7 +60,7 @@ BAD_FLAGS = [
     (["--net", "helpers.NoWeights"], 2, ["The network NoWeights has no trainable parameters"]),
     (["--net", "torch.nn.Identity"], 2, ["maps a batch of samples of shape [2, 1, 28, 28] to [2, 1, 28, 28]"]),
     (["--data.val_size", "70000"], 2, ["--data.val_size must be between 1 and 1199", "got 70000"]),
-    (["--ckpt_path", "last"], 2, ["resumes the run", "does not exist", "run its own command again, without --ckpt"]),
+    (["--ckpt_path", "last"], 2, ["unrecognized arguments"]),  # a resume takes only what may change
     (["--max_time", "00:00:00:00"], 2, ["no trained model to test"]),
 ]
 
@@ -125,6 +125,14 @@ def test_a_bad_value_in_a_resumed_runs_record_is_refused(tmp_path, capsys, edit,
     (tmp_path / "run" / "config.yaml").write_text(re.sub(rf"^{edit.split(':')[0]}: .*$", edit, record, flags=re.M))
     code = main(["--output_dir", str(tmp_path / "run"), "--ckpt_path", "last", *flags])
     assert_clean_failure(capsys, code, 2, [f'"{edit.split(":")[0]}"'], tmp_path / "nothing")
+
+
+def test_a_resume_of_a_run_that_left_nothing_says_to_run_its_command_again(tmp_path, capsys):
+    """Killed during its imports: no folder, no record."""
+    assert main(["--output_dir", str(tmp_path / "run"), "--ckpt_path", "last"]) == 2
+    message = one_line(capsys.readouterr().err)
+    assert "does not exist" in message and "run its own command again, without --ckpt_path last" in message
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(

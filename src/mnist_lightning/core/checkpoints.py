@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from .classes import model_class
 from .errors import UserError
 from .records import replaced
 
@@ -36,7 +37,7 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     contents = read_checkpoint(path)
     recorded = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
     try:
-        model = LightningModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+        model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
         raise CheckpointError(

@@ -3,7 +3,6 @@ is a top-level flag and config-file key (LightningCLI would nest them: ``--train
 a class path, their arguments as ``--net.NAME``. Each run records its resolved configuration in ``<run>/config.yaml``.
 """
 
-import importlib
 import importlib.util
 import inspect
 import itertools
@@ -37,6 +36,7 @@ from .checkpoints import (
     read_checkpoint,
 )
 from .checks import check_launched, check_network, check_schedule, check_testable, data_sizes, read_config_file
+from .classes import DATA_MODULE, MODEL, model_class
 from .devices import check_gpu
 from .errors import UserError
 from .records import (
@@ -57,10 +57,6 @@ from .workarounds import lightning_notes_ignored
 USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-# The classes this machinery builds, by class path, as LightningCLI(model_class, datamodule_class) receives them: the
-# model's arguments are top-level flags; --data replaces the data module.
-MODEL = "mnist_lightning.lightning_module.Classifier"
-DATA_MODULE = "mnist_lightning.datamodule.MNISTDataModule"
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 # The Trainer's options that take a number of batches (int) or a fraction (float), declared here with int | float:
 # typing caches unions, and hands back an equal Union[float, int] made earlier (one in Lightning itself) for
@@ -81,11 +77,6 @@ class Parser(ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)  # --max_epoch is a mistake to name, not --max_epochs silently
         super().__init__(*args, **kwargs)
-
-
-def model_class() -> type[LightningModule]:
-    module, _, name = MODEL.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 @cache  # one parser per process: parsing, building the classes and saving the record share it
