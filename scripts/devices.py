@@ -57,7 +57,7 @@ def report() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(prog="devices.py", description=__doc__).parse_args(argv)
-    return run_main(lambda: print(report()))
+    return run_main(lambda: print(report()), exiting=True)
 
 
 if __name__ == "__main__":

@@ -221,7 +221,7 @@ def markdown(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main(lambda: gpu_check(args))
+    return run_main(lambda: gpu_check(args), exiting=True)
 
 
 if __name__ == "__main__":

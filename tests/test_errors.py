@@ -5,7 +5,11 @@ nothing."""
 
 import gzip
 import importlib.util
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +18,8 @@ from torchvision.datasets import MNIST
 
 from mnist_lightning.core.cli import build_parser, parse_args
 from mnist_lightning.core.train import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # (flags, exit status, phrases the message must contain): the option and the value, as the library names them.
 BAD_FLAGS = [
@@ -329,3 +335,19 @@ def test_a_whole_batch_size_written_with_an_exponent_in_a_config_file_is_taken(t
     with pytest.raises(SystemExit) as stop:
         main(["--config", str(tmp_path / "mine.yaml"), "--print_config"])
     assert stop.value.code == 0 and "\nbatch_size: 1000\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_finished_command_exits_leaves_its_status(tmp_path, name):
+    """Ctrl-C or SIGTERM once the command is done, while Python shuts down (here: at its last exit handler)."""
+    stop = f"import atexit, os, signal\natexit.register(lambda: os.kill(os.getpid(), signal.{name}))\n"
+    (tmp_path / "sitecustomize.py").write_text(stop)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "devices.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"PYTHONPATH": path},
+    )
+    assert result.returncode == 0 and not result.stderr, result.stderr

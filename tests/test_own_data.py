@@ -187,7 +187,7 @@ def test_evaluate_takes_any_argument_of_the_data_module(run, tmp_path, monkeypat
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "named"),
-    [(["--data.samples", "many"], "--data.samples many"), (["--data.colour", "red"], "colour")],
+    [(["--data.samples", "many"], "samples"), (["--data.colour", "red"], "colour")],
 )
 def test_a_bad_data_override_is_one_paragraph(run, tmp_path, capsys, override, named):
     assert evaluate_main(["--ckpt_path", run.last, "--output_dir", str(tmp_path / "e"), *override]) == 2
@@ -344,10 +344,9 @@ def test_resume_refuses_a_changed_data_module(two_epochs, capsys, change):
     case, last = two_epochs.case, two_epochs.folder / "checkpoints" / "last.ckpt"
     before = last.read_bytes()
     flags = ["--data.samples", "900"] if change == "argument" else ["--data", case.other]
-    listed = f"samples {case.samples} -> 900" if change == "argument" else f"{case.data} -> {case.other}"
     assert resume(two_epochs.folder, "--max_epochs", "4", *flags) == 2
-    message = one_paragraph(capsys.readouterr().err)
-    assert "A resumed run keeps the configuration" in message and listed in message
+    message = one_paragraph(capsys.readouterr().err)  # the resume's own parser takes only what may change
+    assert f"unrecognized arguments: {' '.join(flags)}" in message
     assert last.read_bytes() == before and not (two_epochs.folder / "logs" / "resume-1").exists()
 
 

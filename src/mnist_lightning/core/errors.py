@@ -114,10 +114,12 @@ def run_main(
     user_errors: tuple[type[Exception], ...] = (),
     stops_itself: Callable[[], bool] = lambda: False,
     where: Callable[[], str] | None = None,
+    exiting: bool = False,
 ) -> int:
     """Run an entry point: a UserError, or one of ``user_errors``, becomes a paragraph on stderr and its exit status
     (``exit_code``, else 2). SIGTERM stops it as Ctrl-C does: through every clean-up (``finally``), then status 143,
-    ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch."""
+    ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch.
+    ``exiting``: the process ends with it (a command's ``main()``, given no arguments)."""
     apply_workarounds()
 
     stopping = False
@@ -163,6 +165,8 @@ def run_main(
         from .records import release  # here: records imports this module
 
         release()  # the run folders it locked (records.lock): a later command in this process may use them
+        # A command run as a program (``exiting``) is done: a stop while Python shuts down (seconds, with torch
+        # loaded) would only turn its status into a failure. Called from Python, the caller's handlers come back.
         for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if exiting else handler)
     return 0

@@ -88,7 +88,7 @@ def build_and_evaluate(config: Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: build_and_evaluate(build_parser().parse_args(argv)), USER_ERRORS)
+    return run_main(lambda: build_and_evaluate(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def staged(staging: Path, path: Path, save: Callable[[Path], object]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: export(build_parser().parse_args(argv)), USER_ERRORS)
+    return run_main(lambda: export(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
 
 
 if __name__ == "__main__":

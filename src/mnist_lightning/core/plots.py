@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .errors import UserError, WriteError, run_main
+from .errors import UserError, run_main
 from .records import replaced
 
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in save_plots(metrics["history"], torch.tensor(confusion) if confusion else None, metrics_file.parent):
             print(f"Plot: {path}")
 
-    return run_main(draw, (WriteError,))
+    return run_main(draw, exiting=argv is None)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             return f"{output} was written whole (every row) before it."
         return "no predictions were written" + (f" ({output} is as it was)." if output and output.exists() else ".")
 
-    return run_main(run, USER_ERRORS, where=where)
+    return run_main(run, USER_ERRORS, where=where, exiting=argv is None)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         # Noted by Lightning's handler, which calls this one; it is installed only once the fit's setup is done.
         return job.trainer.received_sigterm
 
-    return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job))
+    return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job), exiting=argv is None)
 
 
 def fit_finished(trainer: Trainer) -> bool:
