@@ -7,7 +7,10 @@ python scripts/export.py --ckpt_path runs/<run>/checkpoints/last.ckpt
 
 import sys
 
-from mnist_lightning.core.export import main
+try:  # Ctrl-C while torch and Lightning import (seconds): the shell's status, not the import machinery's traceback
+    from mnist_lightning.core.export import main
+except KeyboardInterrupt:
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(main())

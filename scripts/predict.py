@@ -11,7 +11,10 @@ python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt --output 
 
 import sys
 
-from mnist_lightning.core.predict import main
+try:  # Ctrl-C while torch and Lightning import (seconds): the shell's status, not the import machinery's traceback
+    from mnist_lightning.core.predict import main
+except KeyboardInterrupt:
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(main())

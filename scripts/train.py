@@ -6,7 +6,10 @@
 
 import sys
 
-from mnist_lightning.core.train import main
+try:  # Ctrl-C while torch and Lightning import (seconds): the shell's status, not the import machinery's traceback
+    from mnist_lightning.core.train import main
+except KeyboardInterrupt:
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,8 +7,10 @@ import gzip
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -337,6 +339,7 @@ def test_a_whole_batch_size_written_with_an_exponent_in_a_config_file_is_taken(t
     assert stop.value.code == 0 and "\nbatch_size: 1000\n" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_stop_while_a_finished_command_exits_leaves_its_status(tmp_path, name):
     """Ctrl-C or SIGTERM once the command is done, while Python shuts down (here: at its last exit handler)."""
@@ -351,3 +354,41 @@ def test_a_stop_while_a_finished_command_exits_leaves_its_status(tmp_path, name)
         env=os.environ | {"PYTHONPATH": path},
     )
     assert result.returncode == 0 and not result.stderr, result.stderr
+
+
+# Imported first in every Python started with this folder on PYTHONPATH: the import of HANG_AT waits (a minute)
+# after writing READY, so Ctrl-C is sent while that import is under way, never a moment too early or too late.
+SLOW_IMPORT = """
+import os, sys, time
+
+class SlowImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["HANG_AT"]:
+            sys.meta_path.remove(self)
+            open(os.environ["READY"], "w").close()
+            time.sleep(60)
+
+sys.meta_path.insert(0, SlowImport())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py"])
+def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, script):
+    """`python scripts/train.py ...` and Ctrl-C while Python imports torch: status 130, no traceback."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_IMPORT)
+    ready = tmp_path / "ready"
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / script), "--help"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": path, "HANG_AT": "torch", "READY": str(ready)},
+    )
+    deadline = time.monotonic() + 60
+    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready.exists(), process.communicate()[1]
+    process.send_signal(signal.SIGINT)
+    err = process.communicate(timeout=60)[1]
+    assert process.returncode == 130 and "Traceback" not in err, err

@@ -14,7 +14,6 @@ import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 
 from .workarounds import apply_workarounds, end_process_group
 
@@ -71,16 +70,20 @@ def in_user_code(filename: str) -> bool:
     return path.is_file() and not str(path).startswith(LIBRARIES)  # (compiled code names no file of its own)
 
 
-def failed_hook(error: BaseException) -> tuple[BaseException, FrameType] | None:
-    """The error (or the one that caused it) raised in the user's code, and the last of their functions that the
-    machinery, Lightning or jsonargparse called on its way: the hook that failed."""
+def failed_hook(error: BaseException) -> tuple[BaseException, str] | None:
+    """The error (or the one that caused it) raised in the user's code, and what of theirs failed: the last of their
+    functions that the machinery, Lightning or jsonargparse called on its way (the hook), or the import of a file."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        ours = [in_user_code(frame.f_code.co_filename) for frame, _ in traceback.walk_tb(error.__traceback__)]
+        if isinstance(error, SyntaxError) and error.filename and in_user_code(error.filename):  # no frame of theirs
+            return error, f"importing {error.filename}"
         frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+        ours = [in_user_code(frame.f_code.co_filename) for frame in frames]
         if hooks := [frame for i, frame in enumerate(frames) if ours[i] and not (i and ours[i - 1])]:
-            return error, hooks[-1]
+            code = hooks[-1].f_code  # (co_qualname: Python 3.11)
+            hook = f"{getattr(code, 'co_qualname', code.co_name)}()"
+            return error, f"importing {code.co_filename}" if code.co_name == "<module>" else hook
         error = error.__cause__ or error.__context__
     return None
 
@@ -90,9 +93,8 @@ def report_failure(error: Exception) -> int:
     Lightning's, of a setting, from within a user's hook) as its own message; the template's own faults raised on."""
     raised_in = Path([frame for frame, _ in traceback.walk_tb(error.__traceback__)][-1].f_code.co_filename).resolve()
     if (found := failed_hook(error)) and not raised_in.is_relative_to(LIGHTNING):
-        culprit, frame = found
-        hook = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-        print(f"Error: {hook}() of your code raised {type(culprit).__name__}; its traceback:", file=sys.stderr)
+        culprit, what = found
+        print(f"Error: {what} of your code raised {type(culprit).__name__}; its traceback:", file=sys.stderr)
         traceback.print_exception(culprit)
         return 1
     if not raised_in.is_relative_to(PACKAGE):
