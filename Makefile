@@ -1,7 +1,7 @@
 # `make train` and `make test` do all the set-up themselves: the first use creates .venv and installs the
 # project into it (pip install -e ".[dev]"); later uses reuse it. Extra arguments go in ARGS="...".
-# `make test` skips the tests marked slow (each starts several processes: DDP, kill -9, a run to resume);
-# `make test-all` runs everything, as CI does.
+# `make test` skips the tests marked slow (each starts Python processes, which import torch and Lightning anew: a
+# script run as a user runs it, DDP, kill -9, a run to resume); `make test-all` runs everything, as CI does.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

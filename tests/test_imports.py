@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY_RUN
 
+pytestmark = pytest.mark.slow  # every test starts Python processes of its own
 ROOT = Path(__file__).resolve().parents[1]
 PLOTS = "the plots of a finished training run"
 # What only some runs need, by top-level package or by module of this project, and the runs that need it.

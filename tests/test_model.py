@@ -30,6 +30,7 @@ def test_simple_nn_has_no_default_sizes():
         SimpleNN()
 
 
+@pytest.mark.slow
 def test_the_network_does_not_import_lightning():
     """SimpleNN is a plain nn.Module: scripts without Lightning import it, and nothing of Lightning comes with it."""
     code = (

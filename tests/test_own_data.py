@@ -507,6 +507,7 @@ def test_a_later_batch_that_breaks_the_contract_fails_in_the_step_with_its_trace
 
 # Run as a user runs them, each in its own process: Lightning 2.6 leaves DataLoader's __init__ patched after an
 # error inside a *_dataloader() (its _replace_dunder_methods has no finally), which would reach the later tests here.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "reason"),
     [
@@ -532,6 +533,7 @@ def broken(tmp_path_factory) -> Path:
     return folder / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("entry", "method", "code", "said"),
     [

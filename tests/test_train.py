@@ -186,6 +186,7 @@ runpy.run_path("scripts/train.py", run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_a_whole_number_of_batches_is_that_many_batches(fake_mnist, tmp_path):
     """--limit_train_batches 2 trains two batches an epoch, not a refused fraction 2.0 (nor 1 the whole epoch), from
     a flag or a config file; the record keeps the int. Lightning's Trainer takes an int as a number of batches."""
@@ -248,6 +249,7 @@ def script_run(fake_mnist, output_dir, stdout, stderr) -> subprocess.CompletedPr
     return subprocess.run(script_command(fake_mnist, output_dir), stdout=stdout, stderr=stderr, timeout=300)
 
 
+@pytest.mark.slow
 def test_output_to_a_file_gets_one_line_per_epoch(fake_mnist, tmp_path):
     """nohup, SLURM, CI logs: no bar redraws, but a line as each epoch ends."""
     with open(tmp_path / "log.txt", "w") as log:
@@ -261,6 +263,7 @@ def test_output_to_a_file_gets_one_line_per_epoch(fake_mnist, tmp_path):
     assert "\r" not in text and "it/s" not in text
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_a_bar_and_no_epoch_lines(fake_mnist, tmp_path):
     import fcntl
     import pty

@@ -196,6 +196,7 @@ def test_an_export_onto_a_full_disk_keeps_the_earlier_export(checkpoint, tmp_pat
     assert "Traceback" not in message and exported(tmp_path / "exports") == earlier  # no staging folder left
 
 
+@pytest.mark.slow
 def test_an_export_past_a_file_size_limit(checkpoint, tmp_path):
     """`ulimit -f 8` then export.py: torch's zip writer, after a failed write to a file, aborted the process."""
     flags = ["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "exports")]
