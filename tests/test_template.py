@@ -156,17 +156,22 @@ def test_invalid_names_are_refused_and_nothing_is_left(template, tmp_path, conte
 
 
 @pytest.mark.slow
-def test_the_baked_project_installs_passes_its_tests_and_trains(custom_project, fake_mnist, tmp_path):
-    venv = tmp_path / "venv"
+def installed(project: Path, venv: Path) -> Path:
+    """The project installed (its console commands too) in a new venv that reuses this environment's torch, Lightning,
+    pytest... through a .pth file instead of downloading them again; its Python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    # Reuse this environment's torch, Lightning, pytest... through a .pth file instead of downloading them again.
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
     ).stdout.strip()
     Path(site, "parent_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(custom_project)]
+    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(project)]
     subprocess.run(install, check=True)
+    return python
+
+
+def test_the_baked_project_installs_passes_its_tests_and_trains(custom_project, fake_mnist, tmp_path):
+    python = installed(custom_project, tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("MNIST_DATA_DIR", "PYTHONPATH")}
     where = subprocess.run([python, "-c", "import digit_reader; print(digit_reader.__file__)"], capture_output=True)
     assert str(custom_project) in where.stdout.decode()
@@ -479,8 +484,9 @@ def test_the_all_off_projects_own_suite_passes(template, tmp_path):
     """Its whole suite, slow tests included, as its CI runs it (make test-all): code that an option's absence breaks
     (a step of gpu_check that needs the photos) fails there. The defaults' suite runs in the test above."""
     project = bake(template, tmp_path, **CUSTOM, **ALL_OFF)
-    env = {k: v for k, v in os.environ.items() if k != "MNIST_DATA_DIR"} | {"PYTHONPATH": str(project / "src")}
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    python = installed(project, tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("MNIST_DATA_DIR", "PYTHONPATH")}
+    command = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
