@@ -2,11 +2,22 @@
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import write_fake_mnist
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers():
+    """A script run in this process (runpy) ignores Ctrl-C and SIGTERM once done (run_main's ``exiting``), as its
+    process is about to exit; the tests after it, and the processes they start, get the handlers back."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture(scope="session")
