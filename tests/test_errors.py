@@ -392,3 +392,17 @@ def test_ctrl_c_while_a_script_imports_ends_it_without_a_traceback(tmp_path, scr
     process.send_signal(signal.SIGINT)
     err = process.communicate(timeout=60)[1]
     assert process.returncode == 130 and "Traceback" not in err, err
+
+
+def test_whose_code_a_file_is():
+    """The boundary's test of whose error it shows with a traceback: the user's files (theirs in the package, or
+    anywhere else), not Python's, an installed library's (in any environment), or the machinery's."""
+    import jsonargparse
+    import lightning
+
+    import mnist_lightning.core.errors as errors
+    import mnist_lightning.lightning_module as lightning_module
+
+    assert errors.in_user_code(__file__) and errors.in_user_code(lightning_module.__file__)
+    assert not errors.in_user_code(errors.__file__) and not errors.in_user_code(os.__file__)
+    assert not errors.in_user_code(jsonargparse.__file__) and not errors.in_user_code(lightning.__file__)

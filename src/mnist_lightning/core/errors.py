@@ -24,7 +24,7 @@ TERMINATED = 143  # and by SIGTERM (kill, timeout, a scheduler's stop)
 
 PACKAGE = Path(__file__).resolve().parents[1]
 MACHINERY = Path(__file__).resolve().parent
-LIBRARIES = tuple({sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")})
+LIBRARIES = tuple({sysconfig.get_path(name) for name in ("stdlib", "platstdlib")})  # Python's own modules
 LIGHTNING = Path(importlib.util.find_spec("lightning").origin).parent  # whose checks of settings run in user hooks
 
 
@@ -63,11 +63,13 @@ def print_error(message: str) -> None:
 
 
 def in_user_code(filename: str) -> bool:
-    """Whether a file is the user's: the package's files outside core/, or any outside the installed libraries."""
+    """Whether a file is the user's: the package's files outside core/, or any file not of Python or an installed
+    library (site-packages, dist-packages, wherever the environment finds them)."""
     path = Path(filename).resolve()
     if path.is_relative_to(PACKAGE):
         return not path.is_relative_to(MACHINERY)
-    return path.is_file() and not str(path).startswith(LIBRARIES)  # (compiled code names no file of its own)
+    installed = {"site-packages", "dist-packages"} & set(path.parts) or str(path).startswith(LIBRARIES)
+    return path.is_file() and not installed  # (compiled code names no file of its own)
 
 
 def failed_hook(error: BaseException) -> tuple[BaseException, str] | None:

@@ -61,7 +61,8 @@ def resumed_record(argv: list[str]) -> Path:
             "writes it whole before training; a resume changes options with its flags). Restore it (from a backup or "
             "a copy of the run), or start a new run."
         )
-    if not last.is_file() and (run_dir / "metrics.json").is_file():  # an evaluation's folder, or a run's copy
+    kept = list(last.parent.glob("*.ckpt"))  # without last.ckpt: train.py says what its kept weights can do
+    if not last.is_file() and not kept and (run_dir / "metrics.json").is_file():  # an evaluation's folder
         raise UserError(
             f"{run_dir} is not the folder of a training run to resume: it holds results (metrics.json) but no "
             f"{last.relative_to(run_dir)}. Pass the --output_dir of a run of scripts/train.py."
