@@ -19,12 +19,14 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonargparse
 import numpy as np
 import pytest
 import torch
 import yaml
 from helpers import one_line
 from lightning.pytorch import LightningDataModule
+from packaging.version import Version
 
 import mnist_lightning.core.evaluate as evaluate_module
 from mnist_lightning.core.checkpoints import load_checkpoint
@@ -346,7 +348,7 @@ def test_resume_refuses_a_changed_data_module(two_epochs, capsys, change):
     flags = ["--data.samples", "900"] if change == "argument" else ["--data", case.other]
     assert resume(two_epochs.folder, "--max_epochs", "4", *flags) == 2
     message = one_paragraph(capsys.readouterr().err)  # the resume's own parser takes only what may change
-    assert f"unrecognized arguments: {' '.join(flags)}" in message
+    assert f"unrecognized arguments: {' '.join(flags)}" in message.lower()
     assert last.read_bytes() == before and not (two_epochs.folder / "logs" / "resume-1").exists()
 
 
@@ -379,15 +381,21 @@ def test_an_own_file_that_fails_to_import_is_named(tmp_path, monkeypatch, capsys
     if where == "config file":
         (tmp_path / "mine.yaml").write_text(f"{flag[2:]}:\n  class_path: {chosen[1]}\n")
         chosen = ["--config", str(tmp_path / "mine.yaml")]
-    assert train_main([*chosen, "--output_dir", str(tmp_path / "run"), *QUIET]) == 1
+    code = train_main([*chosen, "--output_dir", str(tmp_path / "run"), *QUIET])
     err = capsys.readouterr().err
-    assert err.startswith(f"Error: importing {tmp_path / 'mine.py'} of your code raised ") and "usage:" not in err
-    assert "Traceback (most recent call last)" in err or "SyntaxError" in err  # a syntax error has no frame of its own
+    if flag == "--data" and Version(jsonargparse.__version__) < Version("4.53"):  # it keeps only the error's message
+        assert code == 2 and err.startswith("Error: ") and "usage:" not in err
+    else:
+        assert code == 1 and err.startswith(f"Error: importing {tmp_path / 'mine.py'} of your code raised "), err
+        assert "Traceback (most recent call last)" in err or "SyntaxError" in err  # a syntax error has no frame
     assert not (tmp_path / "run").exists()
 
 
 def test_a_data_module_that_fails_in_its_init_shows_its_traceback(tmp_path, capsys):
     flags = ["--data", "own_data.Broken", "--data.broken", "__init__", "--output_dir", str(tmp_path / "run")]
+    if Version(jsonargparse.__version__) < Version("4.53"):  # it keeps only the class's message, not its error
+        assert train_main([*flags, *QUIET]) == 2 and "index 5 is out of bounds" in capsys.readouterr().err
+        return
     assert train_main([*flags, *QUIET]) == 1
     assert "index 5 is out of bounds" in users_traceback(capsys.readouterr().err, "Broken.__init__")
     assert not (tmp_path / "run").exists()
