@@ -348,7 +348,7 @@ def test_resume_refuses_a_changed_data_module(two_epochs, capsys, change):
     flags = ["--data.samples", "900"] if change == "argument" else ["--data", case.other]
     assert resume(two_epochs.folder, "--max_epochs", "4", *flags) == 2
     message = one_paragraph(capsys.readouterr().err)  # the resume's own parser takes only what may change
-    assert f"unrecognized arguments: {' '.join(flags)}" in message.lower()
+    assert f"nrecognized arguments: {' '.join(flags)}" in message  # (jsonargparse 4.43: "Unrecognized")
     assert last.read_bytes() == before and not (two_epochs.folder / "logs" / "resume-1").exists()
 
 
