@@ -19,15 +19,13 @@ def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) 
     import matplotlib.pyplot as plt
     from torchmetrics.classification import MulticlassConfusionMatrix
 
-    panels = {"Loss": ["train/loss", "val/loss"], "Accuracy": ["val/acc"]}
-    figure, axes = plt.subplots(1, len(panels), figsize=(10, 4), layout="constrained")
-    figures = {"curves.png": figure}
-    for ax, (title, keys) in zip(axes, panels.items(), strict=True):
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    figures, epochs = {"curves.png": figure}, [row["epoch"] + 1 for row in history]
+    for ax, (title, keys) in zip(axes, {"Loss": ["train/loss", "val/loss"], "Accuracy": ["val/acc"]}.items()):
         for key in keys:
-            ax.plot([row["epoch"] + 1 for row in history], [row.get(key) for row in history], marker="o", label=key)
+            ax.plot(epochs, [row.get(key) for row in history], marker="o", label=key)
         ax.set(title=title, xlabel="epoch")
         ax.legend()
-        ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     if confusion is not None:  # torchmetrics draws its own metric: counts in every cell, any number of classes
         figures["confusion_matrix.png"], ax = MulticlassConfusionMatrix(len(confusion)).plot(val=confusion.cpu())
