@@ -216,7 +216,7 @@ def check_probabilities(rows: list[dict], classes: int) -> list[int]:
 def test_predict_without_inputs_predicts_the_predict_dataloader(run, tmp_path):
     case, output = run.case, tmp_path / "predictions.csv"
     result = succeeded(script("predict", "--ckpt_path", run.last, "--output", str(output)))
-    assert "class" in result.stdout and "Classes " in result.stdout
+    assert "class" in result.stdout and f"{case.predict_rows} inputs: {case.predict_rows} predicted" in result.stdout
     columns, rows = read_csv(output)
     probabilities = [f"p{c}" for c in range(case.num_classes)]
     assert columns == ["input", "status", "prediction", "confidence", *probabilities, "note"]

@@ -48,7 +48,6 @@ def evaluate(config: Namespace) -> dict:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     check_gpu(config.accelerator)
     model, datamodule, epochs = load_with_overrides(config)
-    datamodule.prepare_data()  # the data files, checked before the Trainer's banners
     run_dir = new_run_dir(config.output_dir)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:

@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -14,8 +15,8 @@ from jsonargparse import ArgumentParser, Namespace
 
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser
-from .errors import UserError, WriteError, run_main
-from .records import json_text, lock, refuse_inside_a_running_run, release
+from .errors import UserError, run_main
+from .records import json_text, lock, refuse_inside_a_running_run, release, replaced
 
 
 def build_parser() -> ArgumentParser:
@@ -37,7 +38,9 @@ def export(config: Namespace) -> None:
     try:
         files = {output_dir / name: content for name, content in exported(config.ckpt_path, config.formats).items()}
         earlier = {path for path in files if path.exists()}
-        write_together(files, staging=output_dir / ".export-partial")
+        with ExitStack() as stack:  # each file written whole beside its earlier one, all moved in once all are written
+            for path, content in files.items():
+                stack.enter_context(replaced(path)).write(content)
     except BaseException:  # a failure or a stop (Ctrl-C, SIGTERM): no folder it made is left, empty or half-filled
         if made:
             release(output_dir)
@@ -66,23 +69,6 @@ def exported(ckpt_path: str, formats: list[str]) -> dict[str, bytes]:
     }
     files["preprocessing.json"] = json_text(spec | getattr(checkpoint.datamodule, "preprocessing", dict)()).encode()
     return files
-
-
-def write_together(files: dict[Path, bytes], staging: Path) -> None:
-    """Written whole into ``staging``, then moved in: a stop or a failure leaves the earlier files as they were,
-    never half a file, nor a new model beside an earlier model's preprocessing.json."""
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        for path, content in files.items():
-            try:
-                staging.mkdir(exist_ok=True)
-                (staging / path.name).write_bytes(content)
-            except OSError as error:  # a full disk, a file-size limit (ulimit -f)
-                raise WriteError(path, error) from error
-        for path in files:
-            os.replace(staging / path.name, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -137,11 +137,9 @@ def print_table(rows: list[dict], max_rows: int) -> None:
     if len(rows) > max_rows:
         print(f"... and {len(rows) - max_rows} more rows (--max_rows; --output writes them all)")
     count = Counter(row["status"] for row in rows)
-    classes = Counter(row["prediction"] for row in rows if row["prediction"] is not None)
-    classes = ", ".join(f"{c}: {n}" for c, n in sorted(classes.items())) or "none"
     print(
         f"{len(rows)} inputs: {count['ok'] + count['uncertain']} predicted ({count['uncertain']} uncertain), "
-        f"{count['blank']} blank, {count['skipped']} skipped. Classes {classes}."
+        f"{count['blank']} blank, {count['skipped']} skipped."
     )
 
 
