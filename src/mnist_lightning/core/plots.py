@@ -26,6 +26,7 @@ def save_plots(history: list[dict], confusion: torch.Tensor | list | None, outpu
             ax.plot(epochs, [row.get(key) for row in history], marker="o", label=key)
         ax.set(title=title, xlabel="epoch")
         ax.legend()
+        ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     if confusion is not None:  # torchmetrics draws its own metric: counts in every cell, any number of classes
         confusion = torch.as_tensor(confusion).cpu()
