@@ -7,7 +7,6 @@ import io
 import logging
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
@@ -136,10 +135,10 @@ def print_table(rows: list[dict], max_rows: int) -> None:
         print(f"{row['input']:<{width}}  {scored}  {note}".rstrip())
     if len(rows) > max_rows:
         print(f"... and {len(rows) - max_rows} more rows (--max_rows; --output writes them all)")
-    count = Counter(row["status"] for row in rows)
+    count = [row["status"] for row in rows].count
     print(
-        f"{len(rows)} inputs: {count['ok'] + count['uncertain']} predicted ({count['uncertain']} uncertain), "
-        f"{count['blank']} blank, {count['skipped']} skipped."
+        f"{len(rows)} inputs: {count('ok') + count('uncertain')} predicted ({count('uncertain')} uncertain), "
+        f"{count('blank')} blank, {count('skipped')} skipped."
     )
 
 
