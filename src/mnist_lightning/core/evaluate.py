@@ -4,11 +4,10 @@ keys of training's, and config.yaml, its options, in a new run folder."""
 import logging
 import sys
 import time
-from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import Trainer
 
 from .callbacks import BatchCheck, progress_display
 from .checkpoints import Checkpoint, load_checkpoint
@@ -45,50 +44,35 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
     return load_checkpoint(config.ckpt_path, **overrides)
 
 
-def evaluate(
-    trainer: Trainer,
-    model: LightningModule,
-    datamodule: LightningDataModule,
-    epochs: int,
-    checkpoint: str | None = None,
-) -> dict:
-    """Test ``model`` (the weights of ``checkpoint``, recorded as the run's tested checkpoint)."""
-    start = time.perf_counter()
-    with lightning_notes_ignored():
-        (results,) = trainer.test(model, datamodule=datamodule, verbose=False) or [{}]
-    check_tested(trainer)
-    seconds = time.perf_counter() - start
-    metrics = run_metrics(trainer, model, test=results, epochs=epochs, best_checkpoint=checkpoint, test_seconds=seconds)
-    if trainer.is_global_zero:
-        write_json(Path(trainer.default_root_dir) / "metrics.json", metrics)
-        accuracy, loss = 100 * metrics["test/acc"], metrics["test/loss"]
-        print(f"Test accuracy {accuracy:.2f} % (loss {loss:.4f}); {trainer.default_root_dir}")
-    return metrics
-
-
-def build_and_evaluate(config: Namespace) -> dict:
+def evaluate(config: Namespace) -> dict:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     check_gpu(config.accelerator)
-    checkpoint = load_with_overrides(config)
-    checkpoint.datamodule.prepare_data()  # the data files, checked before the Trainer's banners
+    model, datamodule, epochs = load_with_overrides(config)
     run_dir = new_run_dir(config.output_dir)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:
         with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
             file.write(build_parser().dump(config.clone().update(str(run_dir), "output_dir")).encode())
         settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
-        settings |= {"logger": False, "enable_checkpointing": False, "default_root_dir": run_dir}
         callbacks = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
         with lightning_notes_ignored():
-            trainer = Trainer(callbacks=callbacks, **settings)
-        return evaluate(trainer, checkpoint.model, checkpoint.datamodule, checkpoint.epochs, config.ckpt_path)
+            trainer = Trainer(logger=False, default_root_dir=run_dir, callbacks=callbacks, **settings)
+            start = time.perf_counter()
+            results = trainer.test(model, datamodule=datamodule, verbose=False)
+        tested = {"best_checkpoint": config.ckpt_path, "test_seconds": time.perf_counter() - start}
+        check_tested(trainer)
+        metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, **tested)
+        if trainer.is_global_zero:
+            write_json(run_dir / "metrics.json", metrics)
+            print(f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {run_dir}")
+        return metrics
     except BaseException:
         discard_new_run(run_dir)
         raise
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: build_and_evaluate(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
+    return run_main(lambda: evaluate(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
 
 
 if __name__ == "__main__":

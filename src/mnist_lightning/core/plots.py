@@ -6,13 +6,12 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from .errors import UserError, run_main
 from .records import replaced
 
 
-def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) -> list[Path]:
+def save_plots(history: list[dict], confusion: torch.Tensor | list | None, output_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no window: works on servers and in CI
@@ -21,16 +20,17 @@ def save_plots(history: list[dict], confusion: Tensor | None, output_dir: Path) 
 
     panels = {"Loss": ["train/loss", "val/loss"], "Accuracy": ["val/acc"]}
     figure, axes = plt.subplots(1, len(panels), figsize=(10, 4), layout="constrained")
-    figures = {"curves.png": figure}
+    figures, epochs = {"curves.png": figure}, [row["epoch"] + 1 for row in history]
     for ax, (title, keys) in zip(axes, panels.items(), strict=True):
         for key in keys:
-            ax.plot([row["epoch"] + 1 for row in history], [row.get(key) for row in history], marker="o", label=key)
+            ax.plot(epochs, [row.get(key) for row in history], marker="o", label=key)
         ax.set(title=title, xlabel="epoch")
         ax.legend()
         ax.grid(alpha=0.3)
         ax.xaxis.get_major_locator().set_params(integer=True)
     if confusion is not None:  # torchmetrics draws its own metric: counts in every cell, any number of classes
-        figures["confusion_matrix.png"], ax = MulticlassConfusionMatrix(len(confusion)).plot(val=confusion.cpu())
+        confusion = torch.as_tensor(confusion).cpu()
+        figures["confusion_matrix.png"], ax = MulticlassConfusionMatrix(len(confusion)).plot(val=confusion)
         ax.set_title(f"Test confusion matrix ({100 * float(confusion.trace() / confusion.sum()):.2f} % correct)")
     for name, figure in figures.items():
         with replaced(output_dir / name) as file:  # whole or not at all; a failed write is a WriteError
@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         if not metrics_file.is_file():
             raise UserError(f"No {metrics_file}: pass the folder of a finished run, e.g. runs/<run>.")
         metrics = json.loads(metrics_file.read_text())
-        confusion = metrics.get("test/confusion_matrix")
-        for path in save_plots(metrics["history"], torch.tensor(confusion) if confusion else None, metrics_file.parent):
+        for path in save_plots(metrics["history"], metrics.get("test/confusion_matrix"), metrics_file.parent):
             print(f"Plot: {path}")
 
     return run_main(draw, exiting=argv is None)
