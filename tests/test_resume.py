@@ -418,3 +418,15 @@ def test_a_resume_keeps_the_trainer_settings_of_its_record(clipped, tmp_path):
     record = (run / "config.yaml").read_text()
     assert all(line in record for line in ("precision: 64", "accumulate_grad_batches: 2", "gradient_clip_val: 0.5"))
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["record"] == fingerprint(record)
+
+
+def test_a_resume_reads_its_last_checkpoint_once_before_lightning_loads_it(finished, tmp_path, monkeypatch):
+    """The fingerprint, the epochs done and the weights tried come from one read; Lightning's own load is the other."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    reads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *args, **kwargs: reads.append(f) or real_load(f, *args, **kwargs))
+    assert resume(run, "--max_epochs", "3") == 0
+    last = run / "checkpoints" / "last.ckpt"
+    paths = [str(getattr(f, "path", f)) for f in reads]
+    assert paths.count(str(last)) == 2, paths
