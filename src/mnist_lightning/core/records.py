@@ -187,15 +187,15 @@ def run_metrics(
 ) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
     device = trainer.strategy.root_device
-    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)  # KiB
+    # ru_maxrss is in KiB on Linux, in bytes on macOS.
+    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    record = {
-        **{"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type},
-        **{"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None},
-        **{"num_nodes": trainer.num_nodes, "epochs": epochs, "history": history or [], "devices": trainer.num_devices},
-        **{"precision": trainer.precision, "batch_size": trainer.datamodule.hparams.batch_size, **settings},
-        **{"peak_host_mb": host, "peak_gpu_mb": gpu},
-    }
+    record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
+    record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
+    record |= {"num_nodes": trainer.num_nodes, "epochs": epochs, "history": history or []}
+    record |= {"devices": trainer.num_devices, "precision": trainer.precision}
+    record |= {"batch_size": trainer.datamodule.hparams.batch_size} | settings
+    record |= {"peak_host_mb": host, "peak_gpu_mb": gpu}
     if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
         record["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
     return record
