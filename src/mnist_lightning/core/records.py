@@ -100,9 +100,11 @@ def lock(folder: Path) -> None:
     if folder.resolve() in _held:
         return
     path, held = os.fsencode(folder.absolute()), FileLock(folder / LOCK_FILE)
-    existing = next(parent for parent in folder.absolute().parents if os.path.isdir(parent))
+    existing = next(parent for parent in (folder, *folder.parents) if os.path.exists(parent))
     longest, room = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX") - 1
     try:  # said before anything is made: the records name their files as text, and a run's files need room for names
+        if not existing.is_dir():
+            raise ValueError(f"{existing} is not a folder")
         if os.fsdecode(path) != path.decode(errors="replace") or max(map(len, path.split(b"/"))) > longest:
             raise ValueError(f"its path must be UTF-8 text, with names of at most {longest} bytes")
         if len(path) + longest > room:
@@ -115,8 +117,7 @@ def lock(folder: Path) -> None:
     except Timeout:
         raise in_use(folder) from None
     except (OSError, ValueError) as error:
-        existing = next(parent for parent in (folder, *folder.parents) if os.path.lexists(parent))
-        problem = f"{existing} is not a folder" if not existing.is_dir() else getattr(error, "strerror", None) or error
+        problem = getattr(error, "strerror", None) or error
         raise OutputDirError(
             f"The output folder {folder} cannot be written: {problem}. Pass another --output_dir."
         ) from error
