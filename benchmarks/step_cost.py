@@ -50,7 +50,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, DistributedSampler
 
 from mnist_lightning.core.callbacks import EpochHistory, ThrottledBar
-from mnist_lightning.core.checkpoints import AtomicCheckpointIO, best_checkpoint, last_checkpoint
+from mnist_lightning.core.checkpoints import AtomicCheckpointIO, run_checkpoints
 from mnist_lightning.core.cli import build_training, parse_args
 from mnist_lightning.core.records import write_json
 from mnist_lightning.datamodule import MNISTDataModule
@@ -287,7 +287,7 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
     if features.get("history"):
         callbacks += [EpochHistory()]
     if features.get("checkpoints"):
-        callbacks += [best_checkpoint(work / "checkpoints"), last_checkpoint(work / "checkpoints")]
+        callbacks += run_checkpoints(work / "checkpoints")
     callbacks += [Callback() for _ in range(features.get("idle", 0))]
     if features.get("bar"):
         callbacks.append(ThrottledBar() if features["bar"] == "throttled" else TQDMProgressBar())

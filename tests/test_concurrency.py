@@ -91,11 +91,9 @@ def test_an_output_folder_that_cannot_hold_files_is_refused(flags, checkpoint, s
     assert err.startswith("Error: The output folder /proc/foo cannot be written") and "Traceback" not in err
 
 
-NOT_UTF8, LONG_NAME = (
-    (b"bad\xff", "its name is not valid UTF-8 text"),
-    (b"a" * 256, "a name in its path is longer than 255"),
-)
-LONG_PATH = (b"/".join([b"c" * 200] * 20), "leaves no room for the names of a run's files")  # 4,019 bytes, and more
+REASON = "its path must be UTF-8 text, with names of at most 255 bytes"
+NOT_UTF8, LONG_NAME = (b"bad\xff", REASON), (b"a" * 256, REASON)
+LONG_PATH = (b"/".join([b"c" * 200] * 20), "its path must be at most 3840 bytes long")  # 4,019 bytes, and more
 
 
 @pytest.mark.parametrize(
@@ -183,7 +181,7 @@ def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(c
         assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / inside)]) == 2
     assert not (run / "new").exists()
     message = one_line(capsys.readouterr().err)
-    assert f"is inside {run}, the folder of another command that has not ended" in message, message
+    assert f"{run} is in use by another command that has not ended" in message, message
     recorded = " ".join((run / ".lock").read_text().split())  # the command that holds the run, as it wrote it
     assert recorded in message and "earlier run" not in message and not (run / "checkpoints" / "config.yaml").exists()
 
@@ -195,5 +193,5 @@ def test_an_export_into_a_folder_of_another_run_that_is_writing_it_is_refused(ch
     running.mkdir()
     with run_in_progress(running):
         assert main(["--ckpt_path", checkpoint, "--output_dir", str(running / "exports"), "--formats", "pt2"]) == 2
-    assert f"is inside {running}, the folder of another command" in one_line(capsys.readouterr().err)
+    assert f"{running} is in use by another command" in one_line(capsys.readouterr().err)
     assert not (running / "exports").exists()

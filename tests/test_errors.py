@@ -139,7 +139,7 @@ def test_a_resume_of_a_run_that_left_nothing_says_to_run_its_command_again(tmp_p
     """Killed during its imports: no folder, no record."""
     assert main(["--output_dir", str(tmp_path / "run"), "--ckpt_path", "last"]) == 2
     message = one_line(capsys.readouterr().err)
-    assert "does not exist" in message and "run its own command again, without --ckpt_path last" in message
+    assert "holds no run to resume" in message and "run its own command again, without --ckpt_path last" in message
     assert not (tmp_path / "run").exists()
 
 
@@ -215,7 +215,10 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path, capsys):
     other = {"hyper_parameters": {}, "state_dict": {"net.linear.weight": torch.zeros(3, 3)}, "epoch": 0}
     torch.save(other, tmp_path / "other.ckpt")
     assert evaluate_main(["--ckpt_path", str(tmp_path / "other.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
-    assert "is a PyTorch file but not a checkpoint written by scripts/train.py" in one_line(capsys.readouterr().err)
+    assert (
+        "not a checkpoint of scripts/train.py (it has no datamodule_hyper_parameters, pytorch-lightning_version)"
+        in one_line(capsys.readouterr().err)
+    )
 
 
 def test_no_usable_gpu_says_why(fake_mnist, tmp_path, capsys, monkeypatch):
@@ -223,6 +226,9 @@ def test_no_usable_gpu_says_why(fake_mnist, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     code = run(fake_mnist, tmp_path / "run", "--accelerator", "gpu")
     assert_clean_failure(capsys, code, 2, ["--accelerator gpu asks for a GPU, but none can be used"], tmp_path / "run")
+
+
+BAD = "is missing, damaged or not a checkpoint of scripts/train.py"
 
 
 def another_programs_files(folder) -> dict[str, object]:
@@ -242,17 +248,14 @@ def another_programs_files(folder) -> dict[str, object]:
     # A Lightning checkpoint of another program: no record of the data module that train.py keeps in every one.
     torch.save({key: value for key, value in other_model.items() if "datamodule" not in key}, folder / "foreign.ckpt")
     return {
-        "missing": (folder / "missing.ckpt", "no such file"),
-        "folder": (folder, "is a folder"),
-        "best": (
-            "best",
-            "no such file; --ckpt_path takes a checkpoint file. A run's best weights are in <run>/checkpo",
-        ),
-        "empty": (folder / "empty.ckpt", "is not a PyTorch checkpoint, or it is damaged (0 bytes; "),
-        "text": (folder / "notes.ckpt", "is not a PyTorch checkpoint"),
-        "a dict": (folder / "a_dict.ckpt", "not a checkpoint written by scripts/train.py"),
+        "missing": (folder / "missing.ckpt", "No such file"),
+        "folder": (folder, "Is a directory"),
+        "best": ("best", f"best {BAD} ([Errno 2] No such file or directory: 'best'). Pass a .ckpt of a run"),
+        "empty": (folder / "empty.ckpt", f"{BAD} (File is not a zip file)"),
+        "text": (folder / "notes.ckpt", BAD),
+        "a dict": (folder / "a_dict.ckpt", f"{BAD} (it has no state_dict, hyper_parameters,"),
         "another model": (folder / "other_model.ckpt", "weights of another network"),
-        "foreign": (folder / "foreign.ckpt", "not a checkpoint written by scripts/train.py"),
+        "foreign": (folder / "foreign.ckpt", f"{BAD} (it has no datamodule_hyper_parameters)"),
         "object": (folder / "module.ckpt", "holds objects other than tensors and plain values, not loaded as that"),
     }
 

@@ -41,7 +41,7 @@ def test_an_evaluation_folder_is_not_taken_for_a_training_run(trained, tmp_path,
     capsys.readouterr()
     assert train_main(["--output_dir", str(tmp_path / "e"), "--ckpt_path", "last"]) == 2
     message = one_line(capsys.readouterr().err)
-    assert f"{tmp_path / 'e'} is not the folder of a training run" in message and "to resume" in message
+    assert f"{tmp_path / 'e'} holds no run to resume" in message
     assert sorted(path.name for path in (tmp_path / "e").iterdir()) == [".lock", "config.yaml", "metrics.json"]
 
 
@@ -55,7 +55,9 @@ def test_evaluate_on_other_settings(trained, fake_mnist, tmp_path):
 
 def test_a_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert main(["--ckpt_path", str(tmp_path / "none.ckpt")]) == 2
-    assert "no such file" in one_line(capsys.readouterr().err)
+    assert "none.ckpt is missing, damaged or not a checkpoint of scripts/train.py ([Errno 2] No such file" in one_line(
+        capsys.readouterr().err
+    )
 
 
 def test_a_truncated_checkpoint_is_a_clear_error_and_writes_nothing(trained, tmp_path, capsys):
@@ -63,7 +65,7 @@ def test_a_truncated_checkpoint_is_a_clear_error_and_writes_nothing(trained, tmp
     corrupt.write_bytes(Path(trained["best_checkpoint"]).read_bytes()[:1000])
     assert main(["--ckpt_path", str(corrupt), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "is not a PyTorch checkpoint" in err and "damaged" in err and "Traceback" not in err
+    assert "is missing, damaged or not a checkpoint of scripts/train.py" in err and "Traceback" not in err
     assert not (tmp_path / "e").exists()
 
 
@@ -113,7 +115,7 @@ def test_a_data_module_that_cannot_be_imported_is_named(trained, tmp_path, capsy
     torch.save(contents, tmp_path / "foreign.ckpt")
     assert main(["--ckpt_path", str(tmp_path / "foreign.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
-    assert "not a checkpoint written by scripts/train.py (it has no datamodule_hyper_parameters)" in err
+    assert "not a checkpoint of scripts/train.py (it has no datamodule_hyper_parameters)" in err
     assert not (tmp_path / "e").exists()
 
 
@@ -145,7 +147,10 @@ def nan_weights(source: Path, target: Path) -> Path:
 
 
 DAMAGES = {
-    "flipped bits": (flip_weights, ["is not a PyTorch checkpoint, or it is damaged", "no longer matches its checksum"]),
+    "flipped bits": (
+        flip_weights,
+        ["is missing, damaged or not a checkpoint of scripts/train.py", "no longer matches its checksum"],
+    ),
     "NaN weights": (nan_weights, ["holds weights that are not finite"]),
 }
 

@@ -97,7 +97,7 @@ def test_a_longer_max_epochs_extends_the_cosine_schedule(finished, tmp_path, rec
 
 def test_fewer_epochs_than_done_is_refused(finished, capsys):
     assert resume(finished, "--max_epochs", "1") == 2
-    assert "has already trained 2 epochs" in one_line(capsys.readouterr().err)
+    assert "has already finished 2 epochs (--max_epochs 1)" in one_line(capsys.readouterr().err)
 
 
 def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(data, tmp_path, capsys):
@@ -210,7 +210,8 @@ def test_a_checkpoint_of_another_network_is_refused_with_the_flags_it_needs(data
     assert main(flags(data, tmp_path / "run", "--ckpt_path", str(cnn / "checkpoints" / "last.ckpt"))) == 2
     message = one_line(capsys.readouterr().err)
     assert "weights of another network than this run's SimpleNN" in message
-    assert "--net helpers.SmallCNN --net.channels 2" in message and not (tmp_path / "run").exists()
+    assert '"class_path": "helpers.SmallCNN", "init_args": {"channels": 2}' in message, message
+    assert "Pass the --net and --data it was trained with" in message and not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_whose_recorded_network_was_edited_gets_the_same_advice_everywhere(data, tmp_path, capsys):
@@ -283,7 +284,7 @@ def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option
 @pytest.mark.parametrize(
     ("damage", "phrase"),
     [
-        ("deleted", "has a checkpoint but no config.yaml"),
+        ("deleted", "is not the record"),
         ("batch_size", "is not the record"),
         ("seed", "is not the record"),
         ("net", "is not the record"),
@@ -417,3 +418,15 @@ def test_a_resume_keeps_the_trainer_settings_of_its_record(clipped, tmp_path):
     record = (run / "config.yaml").read_text()
     assert all(line in record for line in ("precision: 64", "accumulate_grad_batches: 2", "gradient_clip_val: 0.5"))
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["record"] == fingerprint(record)
+
+
+def test_a_resume_reads_its_last_checkpoint_once_before_lightning_loads_it(finished, tmp_path, monkeypatch):
+    """The fingerprint, the epochs done and the weights tried come from one read; Lightning's own load is the other."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    reads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *args, **kwargs: reads.append(f) or real_load(f, *args, **kwargs))
+    assert resume(run, "--max_epochs", "3") == 0
+    last = run / "checkpoints" / "last.ckpt"
+    paths = [str(getattr(f, "path", f)) for f in reads]
+    assert paths.count(str(last)) == 2, paths

@@ -29,11 +29,10 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
 from .checkpoints import (
     AtomicCheckpointIO,
-    best_checkpoint,
     completed_epochs,
-    last_checkpoint,
     load_weights,
     read_checkpoint,
+    run_checkpoints,
 )
 from .checks import check_launched, check_network, check_schedule, check_testable, data_sizes, read_config_file
 from .classes import DATA_MODULE, MODEL, model_class
@@ -224,7 +223,7 @@ def build_training(config: Namespace) -> Training:
         if weights and not resuming:
             load_weights(model, weights)  # a new run from these weights, with its own optimizer and schedule
         elif resuming:
-            load_weights(model, run_dir / "checkpoints" / "last.ckpt", resuming=True)  # Lightning loads them again
+            load_weights(model, run_dir / "checkpoints" / "last.ckpt")  # Lightning loads them again
         if rank_zero_only.rank == 0:
             datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
         # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept
@@ -355,8 +354,7 @@ def build_trainer(config: Namespace, run_dir: Path, resuming: bool, record: str 
     if config.enable_checkpointing is not False:
         # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
         validated = config.limit_val_batches != 0 and is_overridden("val_dataloader", config.data, LightningDataModule)
-        callbacks += [best_checkpoint(run_dir / "checkpoints")] * validated
-        callbacks.append(last_checkpoint(run_dir / "checkpoints"))
+        callbacks += run_checkpoints(run_dir / "checkpoints", validated)
     plugins = as_list(config.plugins)
     if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
         plugins.append(AtomicCheckpointIO())

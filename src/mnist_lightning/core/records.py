@@ -42,23 +42,20 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
     if output_dir is None:
         stamp = Path(runs_root, datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
         for output_dir in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))):
-            try:  # made here, not merely found free: two commands started in one second must not pick the same
+            with suppress(OSError):  # made here, not merely found free: commands started in one second get one each
                 output_dir.mkdir(parents=True)
                 break
-            except FileExistsError:
-                continue
-            except OSError:  # cannot be made: lock says why
+            if not output_dir.exists():  # cannot be made (not taken): lock says why
                 break
     output_dir = Path(output_dir)
-    refuse_inside_a_running_run(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
     # A write's temporary file is what a run killed while writing its record leaves: it goes.
     kept = [path for path in output_dir.iterdir() if path.name != LOCK_FILE and not is_temporary(path)]
     if kept and not clear_unstarted_run(output_dir):
         release(output_dir)
         raise OutputDirError(
-            f"The output folder {output_dir} already holds files from an earlier run, and a new run would mix "
-            "its results with them. Pass a new --output_dir, or leave it out to get a fresh folder under runs/."
+            f"The output folder {output_dir} already holds files from an earlier run. Pass a new --output_dir, or "
+            "leave it out to get a fresh folder under runs/."
         )
     for path in filter(is_temporary, output_dir.iterdir()):
         path.unlink()
@@ -67,7 +64,7 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
 
 def clear_unstarted_run(folder: Path) -> bool:
     """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves, to start it over."""
-    if not (folder / RUN_RECORD).is_file() or list(folder.glob("checkpoints/*.ckpt")):
+    if not (folder / RUN_RECORD).is_file() or any(folder.glob("checkpoints/*.ckpt")):
         return False
     entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
     if any(path.name not in UNSTARTED_RUN_ENTRIES and not is_temporary(path) for path in entries):
@@ -78,44 +75,23 @@ def clear_unstarted_run(folder: Path) -> bool:
 
 
 def refuse_inside_a_running_run(folder: Path) -> None:
-    """A folder inside the folder of a run that another command is writing: refused, naming that command."""
-    if running := holder(folder.resolve().parent):
-        raise FolderInUse(
-            f"{folder} is inside {running[0]}, the folder of another command that has not ended "
-            f"({running[1]}). Wait for it to end, or pass another --output_dir."
-        )
+    """``folder``, or one above it, locked by another command: refused, naming that command."""
+    for parent in (folder.resolve(), *folder.resolve().parents):
+        if parent not in _held and (parent / LOCK_FILE).is_file():
+            with suppress(OSError):  # one this process cannot open or read: not known held
+                try:
+                    with FileLock(parent / LOCK_FILE, timeout=0):
+                        pass  # free
+                except Timeout:
+                    raise in_use(parent) from None
 
 
-def holder(folder: Path) -> tuple[Path, str] | None:
-    """The folder (``folder`` or one above it) locked by another process, and the command its lock file names."""
-    for parent in (folder, *folder.parents):
-        if parent in _held or not (parent / LOCK_FILE).is_file():
-            continue
-        with suppress(OSError):  # one this process cannot open or read: not known held
-            try:
-                with FileLock(parent / LOCK_FILE, timeout=0):
-                    pass  # free
-            except Timeout:
-                return parent, (parent / LOCK_FILE).read_text().strip() or "another process"
-    return None
-
-
-def name_problem(folder: Path) -> str | None:
-    """Why no run can be written in ``folder``, whatever the disk holds: said before anything is made."""
-    try:
-        path = str(folder.absolute()).encode()
-    except UnicodeEncodeError:  # the records (config.yaml, metrics.json) and messages name their files as text
-        return "its name is not valid UTF-8 text, which the run's records need to name its files"
-    existing = next(parent for parent in folder.absolute().parents if os.path.isdir(parent))
-    longest, room = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
-    if any(len(part.encode()) > longest for part in folder.parts):
-        return f"a name in its path is longer than {longest} bytes, this file system's limit"
-    if len(path) + 1 + longest > room:  # the files a run writes inside it need room for their names
-        return (
-            f"its path is {len(path)} bytes long, which leaves no room for the names of a run's files under this "
-            f"system's limit of {room} bytes"
-        )
-    return None
+def in_use(folder: Path) -> FolderInUse:
+    command = (folder / LOCK_FILE).read_text().strip() or "another process"
+    return FolderInUse(
+        f"{folder} is in use by another command that has not ended ({command}). Wait for it to end, or pass another "
+        "--output_dir."
+    )
 
 
 def lock(folder: Path) -> None:
@@ -123,24 +99,25 @@ def lock(folder: Path) -> None:
     the holder to others. Making the lock file tries that it can be written (os.access says yes to root in /proc)."""
     if folder.resolve() in _held:
         return
-    if problem := name_problem(folder):
-        shown = os.fsencode(folder).decode(errors="backslashreplace")
-        raise OutputDirError(f"The output folder {shown} cannot be used: {problem}. Pass another --output_dir.")
-    held = FileLock(folder / LOCK_FILE)
-    try:
+    path, held = os.fsencode(folder.absolute()), FileLock(folder / LOCK_FILE)
+    existing = next(parent for parent in (folder, *folder.parents) if os.path.exists(parent))
+    longest, room = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX") - 1
+    try:  # said before anything is made: the records name their files as text, and a run's files need room for names
+        if not existing.is_dir():
+            raise ValueError(f"{existing} is not a folder")
+        if os.fsdecode(path) != path.decode(errors="replace") or max(map(len, path.split(b"/"))) > longest:
+            raise ValueError(f"its path must be UTF-8 text, with names of at most {longest} bytes")
+        if len(path) + longest > room:
+            raise ValueError(f"its path must be at most {room - longest} bytes long (this system's limit)")
+        refuse_inside_a_running_run(folder)
         folder.mkdir(parents=True, exist_ok=True)
         held.acquire(timeout=0)
         # The command line as text, whatever bytes its arguments hold (a file name that is not UTF-8, say).
         (folder / LOCK_FILE).write_text(f"process {os.getpid()}: {shlex.join(sys.argv)}\n", errors="backslashreplace")
     except Timeout:
-        holder = (folder / LOCK_FILE).read_text().strip() or "another process"
-        raise FolderInUse(
-            f"{folder} is in use by another command that has not ended ({holder}). Wait for it to end, or pass another "
-            "--output_dir."
-        ) from None
-    except OSError as error:
-        existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
-        problem = f"{existing} is not a folder" if not existing.is_dir() else (error.strerror or str(error)).lower()
+        raise in_use(folder) from None
+    except (OSError, ValueError) as error:
+        problem = getattr(error, "strerror", None) or error
         raise OutputDirError(
             f"The output folder {folder} cannot be written: {problem}. Pass another --output_dir."
         ) from error
@@ -170,8 +147,7 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for left in path.parent.glob(f".{glob.escape(path.name)}.*.partial"):  # by a write killed midway (kill -9)
-            pid = left.name.removeprefix(f".{path.name}.").removesuffix(".partial")
-            if pid.isdigit() and not process_exists(int(pid)):
+            if (pid := left.name.split(".")[-2]).isdigit() and not process_exists(int(pid)):
                 left.unlink(missing_ok=True)
         with open(temporary, "wb") as file:
             yield file
@@ -181,17 +157,14 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     except (OSError, RuntimeError) as error:  # torch reports a short write (a full disk) as a RuntimeError
         raise WriteError(path, error) from error
     finally:  # after a failed or stopped write (after the rename, there is no temporary file)
-        if temporary.exists():
-            temporary.unlink()
+        temporary.unlink(missing_ok=True)
 
 
 def process_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)  # no signal sent: only whether there is such a process
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        pass
+    except OSError as error:
+        return isinstance(error, PermissionError)  # another user's
     return True
 
 
@@ -215,19 +188,15 @@ def run_metrics(
 ) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
     device = trainer.strategy.root_device
-    record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
-    record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
-    record |= {
-        "num_nodes": trainer.num_nodes,
-        "epochs": epochs,
-        "history": history or [],
-        "devices": trainer.num_devices,
-    }
-    record |= {"precision": trainer.precision, "batch_size": trainer.datamodule.hparams.batch_size}
     # ru_maxrss is in KiB on Linux, in bytes on macOS.
     host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
     gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    record |= settings | {"peak_host_mb": host, "peak_gpu_mb": gpu}
+    record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
+    record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
+    record |= {"num_nodes": trainer.num_nodes, "epochs": epochs, "history": history or []}
+    record |= {"devices": trainer.num_devices, "precision": trainer.precision}
+    record |= {"batch_size": trainer.datamodule.hparams.batch_size} | settings
+    record |= {"peak_host_mb": host, "peak_gpu_mb": gpu}
     if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
         record["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
     return record
@@ -248,19 +217,14 @@ class CSVLog(CSVLogger):
     def save(self) -> None:  # Lightning calls it at every logging step
         experiment = self.experiment
         path = Path(experiment.metrics_file_path)
-        size = path.stat().st_size if path.is_file() else None
+        size = path.stat().st_size if path.is_file() else 0
         # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here.
         new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
-        before = path.read_bytes() if size is not None and new_column else None
+        before = path.read_bytes() if size and new_column else b""
         try:
             super().save()
         except OSError as error:
             experiment.metrics.clear()
             with suppress(OSError):
-                if size is None:
-                    path.unlink()
-                elif before is not None:
-                    path.write_bytes(before)
-                else:
-                    os.truncate(path, size)
+                path.write_bytes(before) if before else os.truncate(path, size)
             raise WriteError(path, error) from error

@@ -8,6 +8,7 @@ import inspect
 import json
 import shlex
 import sys
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +31,7 @@ RESUMABLE = RESUMABLE_TRAINER | {"quiet", "data.data_dir", "data.num_workers", "
 def build_resume_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="train.py --output_dir RUN --ckpt_path last",
-        description="Resume the run in RUN from its last.ckpt, with the options of its config.yaml; only these may "
-        "change.",
+        description="Resume the run in RUN from its last.ckpt and config.yaml; only these options may change.",
         exit_on_error=False,
         allow_abbrev=False,
     )
@@ -50,42 +50,28 @@ def resumed_record(argv: list[str]) -> Path:
     the one its last.ckpt was trained with."""
     run_dir = Path(build_resume_parser().parse_args(argv).output_dir)
     record, last = run_dir / RUN_RECORD, run_dir / "checkpoints" / "last.ckpt"
-    if last.is_file() and not record.is_file():
+    text = record.read_text(errors="replace") if record.is_file() else ""
+    if last.is_file() and fingerprint(text) != read_checkpoint(last).get("record"):
         raise UserError(
-            f"{run_dir} has a checkpoint but no {RUN_RECORD}, which says how the run was configured, so it cannot be "
-            f"resumed as it was. Restore {RUN_RECORD} (from a backup or a copy of the run), or start a new run."
+            f"{record} is not the record {last} was trained with: it was deleted, edited, cut short or damaged since. "
+            "Restore it from a backup or a copy of the run, or start a new run."
         )
-    if last.is_file() and fingerprint(record.read_text(errors="replace")) != read_checkpoint(last).get("record"):
+    evaluated = (run_dir / "metrics.json").is_file() and not any(last.parent.glob("*.ckpt"))  # it has a record too
+    if not last.is_file() and (not text or evaluated):  # else train.py says what kept weights, if any, can do
         raise UserError(
-            f"{record} is not the record {last} was trained with: it was edited, cut short or damaged since (a run "
-            "writes it whole before training; a resume changes options with its flags). Restore it (from a backup or "
-            "a copy of the run), or start a new run."
-        )
-    kept = list(last.parent.glob("*.ckpt"))  # without last.ckpt: train.py says what its kept weights can do
-    if not last.is_file() and not kept and (run_dir / "metrics.json").is_file():  # an evaluation's folder
-        raise UserError(
-            f"{run_dir} is not the folder of a training run to resume: it holds results (metrics.json) but no "
-            f"{last.relative_to(run_dir)}. Pass the --output_dir of a run of scripts/train.py."
-        )
-    if not record.is_file():
-        raise UserError(
-            f"--ckpt_path last resumes the run in --output_dir, but {last} does not exist. Pass the folder of a run "
-            f"of scripts/train.py, e.g. --output_dir runs/2026-01-31_12-00-00 --ckpt_path last. A run stopped before "
-            f"it wrote its {RUN_RECORD} left nothing to resume: run its own command again, without --ckpt_path last."
+            f"{run_dir} holds no run to resume (no {last}). Pass the --output_dir of a run of scripts/train.py; one "
+            f"stopped before writing {RUN_RECORD} left nothing: run its own command again, without --ckpt_path last."
         )
     return record
 
 
 def fingerprint(record_text: str) -> str | None:
     """What a run is, from its record: a hash of every option but those a resume may change (None: no record)."""
-    try:
-        options = yaml.safe_load(record_text)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(options, dict):
-        return None
-    kept = {key: value for key, value in flat(options) if key.replace(".init_args.", ".") not in RESUMABLE}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    with suppress(yaml.YAMLError):
+        if isinstance(options := yaml.safe_load(record_text), dict):
+            kept = {key: value for key, value in flat(options) if key.replace(".init_args.", ".") not in RESUMABLE}
+            return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    return None
 
 
 def flat(options: dict, prefix: str = "") -> list[tuple[str, Any]]:
@@ -100,17 +86,10 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
     """A resumed run must have epochs left to train."""
     if max_epochs is None or max_epochs < 0:
         return
-    longer = f"{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}"
-    if epochs_done > max_epochs:
+    if epochs_done > max_epochs or (epochs_done == max_epochs and (run_dir / "metrics.json").is_file()):
         raise UserError(
-            f"The run in {run_dir} has already trained {epochs_done} epochs, more than --max_epochs {max_epochs}; "
-            f"a resumed run can only train longer, e.g. `{longer}`."
-        )
-    if epochs_done == max_epochs and (run_dir / "metrics.json").is_file():
-        raise UserError(
-            f"The run in {run_dir} has already finished: it trained its {epochs_done} epochs and was tested "
-            f"(metrics.json). To train it longer, resume with a larger --max_epochs, e.g. `{longer}`; to test it "
-            f"again, python scripts/evaluate.py --ckpt_path {run_dir / 'checkpoints' / 'last.ckpt'}."
+            f"The run in {run_dir} has already finished {epochs_done} epochs (--max_epochs {max_epochs}): a resume "
+            f"can only train longer, e.g. `{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}`."
         )
 
 
