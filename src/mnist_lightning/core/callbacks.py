@@ -152,7 +152,7 @@ def random_states() -> dict:
 
 def set_random_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
-    random.setstate(tuple(item if not isinstance(item, list) else tuple(item) for item in states["python"]))
+    random.setstate(states["python"])
     kind, keys, *position = states["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
     if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():

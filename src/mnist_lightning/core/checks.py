@@ -34,9 +34,8 @@ class DataContract(Protocol):
 def data_sizes(datamodule: DataContract) -> dict[str, Any]:
     """The sizes the data module says the model is built for."""
     shape, classes = getattr(datamodule, "input_shape", None), getattr(datamodule, "num_classes", None)
-    sized = isinstance(shape, tuple | list) and shape and all(isinstance(n, int) and n > 0 for n in shape)
     batched = "batch_size" in inspect.signature(type(datamodule)).parameters  # --batch_size is linked into it
-    if not (sized and isinstance(classes, int) and classes >= 2 and batched):
+    if not (isinstance(shape, tuple | list) and isinstance(classes, int) and classes >= 2 and batched):
         raise UserError(
             f"The data module {type(datamodule).__name__} must take batch_size and say what the model is built for "
             "as attributes, input_shape (a tuple of positive ints) and num_classes (an int, 2 or more); it has "
@@ -85,11 +84,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (YAML and jsonargparse keep the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        keys = [self.construct_object(key_node, deep=deep) for key_node, _ in node.value]
-        for index, key in enumerate(keys):
-            if key in keys[:index]:
-                line = node.value[index][0].start_mark.line + 1
-                raise UserError(f"The config file {self.name}, line {line}: {key} is set twice; keep one.")
+        keys = [key.value for key, _ in node.value]  # as written
+        for index, (key, _) in enumerate(node.value):
+            if key.value in keys[:index]:
+                where = f"The config file {self.name}, line {key.start_mark.line + 1}"
+                raise UserError(f"{where}: {key.value} is set twice; keep one.")
         return super().construct_mapping(node, deep)
 
 

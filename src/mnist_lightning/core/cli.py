@@ -3,7 +3,6 @@ is a top-level flag and config-file key (LightningCLI would nest them: ``--train
 a class path, their arguments as ``--net.NAME``. Each run records its resolved configuration in ``<run>/config.yaml``.
 """
 
-import importlib.util
 import inspect
 import itertools
 import logging
@@ -22,21 +21,11 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from . import checkpoints, records
+from . import checkpoints, checks, records
 from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
-from .checks import (
-    batch_size_refused,
-    check_launched,
-    check_network,
-    check_schedule,
-    check_testable,
-    data_sizes,
-    load_yaml,
-)
 from .classes import DATA_MODULE, MODEL, model_class
 from .devices import check_gpu
 from .errors import UserError
@@ -101,7 +90,7 @@ class Parser(ArgumentParser):
 
 @cache  # one parser per process: parsing, building the classes and saving the record share it
 def build_parser() -> ArgumentParser:
-    set_loader("yaml", load_yaml, exceptions=(yaml.YAMLError,))  # config files: duplicate keys refused
+    set_loader("yaml", checks.load_yaml, exceptions=(yaml.YAMLError,))  # config files: duplicate keys refused
     parser = Parser(prog="train.py", description="Train a network, then test its best checkpoint.", exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
     parser.add_class_arguments(Options, None, instantiate=False)
@@ -128,14 +117,14 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     print_config = [arg for arg in argv if arg.split("=")[0] == "--print_config"]
     argv = [arg for arg in argv if arg not in print_config]
     if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:
-        raise UserError(batch_size_refused("--data.batch_size"))
+        raise UserError(checks.batch_size_refused("--data.batch_size"))
     # The last --ckpt_path, unparsed: "last" resumes from the run's record, with the flags a resume may change.
     flags = [(arg.split("=")[0], arg.partition("=")[2] or value) for arg, value in itertools.pairwise([*argv, ""])]
     resuming = [value for flag, value in flags if flag == "--ckpt_path"][-1:] == ["last"]
     config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
     if config.ckpt_path == "last" and not resuming:
         raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
-    check_schedule(config)
+    checks.check_schedule(config)
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
         skip_none = any("skip_null" in arg for arg in print_config)
@@ -157,12 +146,11 @@ class Training:
 
 
 def build_training(config: Namespace) -> Training:
-    """Everything built and the run recorded, each mistake found before Lightning's banners print; a new run that
-    fails here leaves no folder behind."""
+    """The data, the model, the callbacks, the logger and the Trainer, and the run recorded: each mistake found before
+    Lightning's banners print; a new run that fails here leaves no folder behind."""
     check_gpu(config.accelerator)
-    check_launched(config.num_nodes)
-    weights = start_weights(config)
-    if weights:
+    checks.check_launched(config.num_nodes)
+    if weights := start_weights(config):
         checkpoints.read_checkpoint(weights)  # refuses a missing, damaged or foreign file before anything starts
     run_dir, resuming = choose_run_dir(config)
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -174,7 +162,7 @@ def build_training(config: Namespace) -> Training:
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built, model, datamodule = build_model_and_data(config)
-        check_testable(datamodule, tested=config.limit_test_batches != 0)
+        checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
         if weights or resuming:  # a new run from these weights has its own optimizer and schedule
             checkpoints.load_weights(model, last if resuming else weights, resuming)  # resuming: Lightning again
         if rank_zero_only.rank == 0:
@@ -184,8 +172,37 @@ def build_training(config: Namespace) -> Training:
         record = config.clone()
         record.output_dir, record.max_time, record.ckpt_path = None, None, weights
         record_text = build_parser().dump(record, skip_none=False)
-        trainer = build_trainer(built, run_dir, resuming, fingerprint(record_text))
         record_classes(model, datamodule, config)
+
+        callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text))]
+        if built.max_time is not None:
+            callbacks.append(EpochTimer(built.max_time))
+        if built.enable_checkpointing is not False:
+            # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
+            validated = built.limit_val_batches != 0 and is_overridden(
+                "val_dataloader", datamodule, LightningDataModule
+            )
+            callbacks += [checkpoints.best_checkpoint(last.parent)] * validated + [
+                checkpoints.last_checkpoint(last.parent)
+            ]
+        if built.quiet:
+            built.enable_progress_bar = built.enable_model_summary = False
+        if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            callbacks.append(progress_display())
+        logger = built.logger  # False, or Logger objects built from class paths
+        if logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/ rather than overwrite logs/metrics.csv
+            version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
+            logger = records.CSVLog(run_dir, "logs", version)
+        elif logger == "tensorboard":  # without the tensorboard extra installed, Lightning's own message
+            logger = TensorBoardLogger(run_dir, name="tensorboard", version="", default_hp_metric=False)
+        callbacks += [LearningRateMonitor(logging_interval="step")] * bool(logger)
+        plugins = [*as_list(built.plugins), checkpoints.AtomicCheckpointIO()]
+        settings = {"callbacks": callbacks, "logger": logger, "plugins": plugins, "max_time": None}  # EpochTimer
+        with lightning_notes_ignored():
+            trainer = Trainer(**arguments_of(Trainer, built) | settings, default_root_dir=run_dir)
+        if trainer.world_size > 1:  # only where there are processes to agree: Lightning calls every callback each step
+            trainer.callbacks.append(StopTogether())
+
         if trainer.is_global_zero:
             with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all
                 file.write(record_text.encode())
@@ -199,9 +216,9 @@ def build_training(config: Namespace) -> Training:
 def build_model_and_data(config: Namespace) -> tuple[Namespace, LightningModule, LightningDataModule]:
     """``config`` with its classes built, and the model built for the data module's sizes."""
     built = build_parser().instantiate_classes(config)
-    sizes = data_sizes(built.data)
+    sizes = checks.data_sizes(built.data)
     model = model_class()(**arguments_of(model_class(), built), **sizes)
-    check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
+    checks.check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
     return built, model, built.data
 
 
@@ -238,20 +255,17 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         # Given rank 0's command: a --ckpt_path last that rank 0 turned into a new start (no checkpoint) is one here.
         return Path(shared), resuming and (Path(shared) / "checkpoints" / "last.ckpt").is_file()
     last = run_dir / "checkpoints" / "last.ckpt"
-    if resuming and run_dir.is_dir():
+    if resuming:
         records.lock(run_dir)  # one run at a time in a folder
     if resuming and not last.is_file() and records.clear_unstarted_run(run_dir):
         # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
-        print(
-            f"{run_dir} holds no checkpoint: starting its run from the beginning, with its {records.RUN_RECORD}.",
-            file=sys.stderr,
-        )
+        print(f"{run_dir} holds no checkpoint: starting its run over, with its {records.RUN_RECORD}.", file=sys.stderr)
         resuming = False
     elif resuming and not last.is_file() and (kept := sorted(last.parent.glob("*.ckpt"))):
         raise UserError(
-            f"--ckpt_path last resumes from {last}, its resume point, which is gone, so the run cannot go on. Its kept "
-            f"weights can be tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run "
-            f"(scripts/train.py --ckpt_path {kept[0]})."
+            f"--ckpt_path last resumes from {last}, its resume point, which is gone. Its kept weights can be "
+            f"tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run (scripts/train.py "
+            f"--ckpt_path {kept[0]})."
         )
     elif resuming:
         epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
@@ -269,36 +283,3 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
 
 def as_list(value: Any) -> list:
     return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
-
-
-def build_trainer(config: Namespace, run_dir: Path, resuming: bool, record: str | None) -> Trainer:
-    """The Trainer of ``config``, with the run's callbacks, logger and checkpoints in ``run_dir``."""
-    callbacks = [*as_list(config.callbacks), BatchCheck(), EpochHistory(record)]
-    if config.max_time is not None:
-        callbacks.append(EpochTimer(config.max_time))
-    if config.enable_checkpointing is not False:
-        # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
-        validated = config.limit_val_batches != 0 and is_overridden("val_dataloader", config.data, LightningDataModule)
-        folder = run_dir / "checkpoints"
-        callbacks += [checkpoints.best_checkpoint(folder)] * validated + [checkpoints.last_checkpoint(folder)]
-    if config.quiet:
-        config.enable_progress_bar = config.enable_model_summary = False
-    if config.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
-        callbacks.append(progress_display())
-    logger = config.logger  # False, or Logger objects built from class paths
-    if logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/ rather than overwrite logs/metrics.csv
-        version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
-        logger = records.CSVLog(run_dir, "logs", version)
-    elif logger == "tensorboard":
-        if not (importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX")):
-            raise UserError('--logger tensorboard needs TensorBoard: pip install -e ".[tensorboard]".')
-        logger = TensorBoardLogger(run_dir, name="tensorboard", version="", default_hp_metric=False)
-    callbacks += [LearningRateMonitor(logging_interval="step")] * bool(logger)
-    plugins = as_list(config.plugins)
-    plugins += [checkpoints.AtomicCheckpointIO()] * (not any(isinstance(plugin, CheckpointIO) for plugin in plugins))
-    settings = {"callbacks": callbacks, "logger": logger, "plugins": plugins, "max_time": None}  # EpochTimer above
-    with lightning_notes_ignored():
-        trainer = Trainer(**arguments_of(Trainer, config) | settings, default_root_dir=run_dir)
-    if trainer.world_size > 1:  # only where there are processes to agree: Lightning calls every callback every step
-        trainer.callbacks.append(StopTogether())
-    return trainer
