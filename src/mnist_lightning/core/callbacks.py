@@ -115,13 +115,26 @@ class EpochHistory(Callback):
         self.rows, self.fit_seconds_before = list(state_dict["rows"]), float(state_dict.get("fit_seconds", 0.0))
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        checkpoint["record"] = self.record
-        checkpoint["random_states"] = random_states()
+        # The random generators' states, as plain values and tensors: Lightning keeps none, and a resumed run would
+        # draw other dropouts and batches.
+        kind, keys, *position = np.random.get_state()
+        states = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": [kind, keys.tolist(), *position],
+        }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+        checkpoint |= {"record": self.record, "random_states": states}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        self.first_step = checkpoint.get("global_step", 0)
-        if "random_states" in checkpoint:
-            set_random_states(checkpoint["random_states"])
+        self.first_step, states = checkpoint.get("global_step", 0), checkpoint["random_states"]
+        torch.set_rng_state(states["torch"])
+        random.setstate(states["python"])
+        kind, keys, *position = states["numpy"]
+        np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
+        if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states["cuda"])
 
 
 class StopTogether(Callback):
@@ -139,24 +152,6 @@ class StopTogether(Callback):
     def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
         if self.any_received(trainer):
             raise SIGTERMException  # how Lightning stops a fit on SIGTERM
-
-
-def random_states() -> dict:
-    """As plain values and tensors: Lightning keeps none, and a resumed run would draw other dropouts and batches."""
-    kind, keys, *position = np.random.get_state()
-    states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *position]}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_random_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    random.setstate(states["python"])
-    kind, keys, *position = states["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
-    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 class EpochTimer(Timer):

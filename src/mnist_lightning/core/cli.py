@@ -118,9 +118,13 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     argv = [arg for arg in argv if arg not in print_config]
     if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:
         raise UserError(checks.batch_size_refused("--data.batch_size"))
-    # The last --ckpt_path, unparsed: "last" resumes from the run's record, with the flags a resume may change.
-    flags = [(arg.split("=")[0], arg.partition("=")[2] or value) for arg, value in itertools.pairwise([*argv, ""])]
-    resuming = [value for flag, value in flags if flag == "--ckpt_path"][-1:] == ["last"]
+    # A typed --ckpt_path last resumes from the run's record, with only the flags resume.py's own parser takes.
+    given = [
+        arg.partition("=")[2] or value
+        for arg, value in itertools.pairwise([*argv, ""])
+        if arg.startswith("--ckpt_path")
+    ]
+    resuming = given[-1:] == ["last"]
     config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
     if config.ckpt_path == "last" and not resuming:
         raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
