@@ -113,7 +113,7 @@ def batch_size_refused(where: str) -> str:
 
 def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
     """Lightning would find out only after the fit."""
-    if tested and not is_overridden("test_dataloader", datamodule, LightningDataModule):
+    if tested and not is_overridden("test_dataloader", datamodule):
         name = type(datamodule).__name__
         raise UserError(
             f"The data module {name} has no test_dataloader(), which the run tests its best checkpoint on after "

@@ -96,11 +96,10 @@ def build_parser() -> ArgumentParser:
     parser.add_class_arguments(Options, None, instantiate=False)
     # The data's sizes are the data module's to give, not options (build_model_and_data).
     parser.add_class_arguments(model_class(), None, instantiate=False, skip={"input_shape", "num_classes"})
-    parser.add_subclass_arguments(LightningDataModule, "data", help="The data module, by class path.")
-    parser.groups["data"].title = (  # else the first lines of LightningDataModule's docstring, cut mid-sentence
-        "The data: any LightningDataModule by class path, its arguments as --data.NAME VALUE (listed by "
-        "--data.help CLASS_PATH)"
+    data = (
+        "Any LightningDataModule by class path; its arguments are --data.NAME VALUE, listed by --data.help CLASS_PATH."
     )
+    parser.add_subclass_arguments(LightningDataModule, "data", as_group=False, help=data)
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
@@ -131,8 +130,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     checks.check_schedule(config)
     if print_config:
         build_model_and_data(config)  # the model's and the data module's own checks
-        skip_none = any("skip_null" in arg for arg in print_config)
-        print(build_parser().dump(config, skip_none=skip_none, skip_validation=True), end="")
+        print(build_parser().dump(config, skip_none="skip_null" in str(print_config), skip_validation=True), end="")
         raise SystemExit(0)
     return config
 
@@ -159,9 +157,6 @@ def build_training(config: Namespace) -> Training:
     run_dir, resuming = choose_run_dir(config)
     last = run_dir / "checkpoints" / "last.ckpt"
     try:
-        if config.quiet:  # Lightning's banners ("Seed set to", "GPU available: ...") are INFO records
-            for name in ("lightning.pytorch", "lightning.fabric"):
-                logging.getLogger(name).setLevel(logging.WARNING)
         # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
@@ -183,14 +178,13 @@ def build_training(config: Namespace) -> Training:
             callbacks.append(EpochTimer(built.max_time))
         if built.enable_checkpointing is not False:
             # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
-            validated = built.limit_val_batches != 0 and is_overridden(
-                "val_dataloader", datamodule, LightningDataModule
-            )
-            callbacks += [checkpoints.best_checkpoint(last.parent)] * validated + [
-                checkpoints.last_checkpoint(last.parent)
-            ]
-        if built.quiet:
+            validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
+            callbacks += [checkpoints.best_checkpoint(last.parent)] * validated
+            callbacks.append(checkpoints.last_checkpoint(last.parent))
+        if built.quiet:  # Lightning's banners ("GPU available: ...") are INFO records
             built.enable_progress_bar = built.enable_model_summary = False
+            for name in ("lightning.pytorch", "lightning.fabric"):
+                logging.getLogger(name).setLevel(logging.WARNING)
         if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
             callbacks.append(progress_display())
         logger = built.logger  # False, or Logger objects built from class paths
@@ -261,19 +255,19 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
     last = run_dir / "checkpoints" / "last.ckpt"
     if resuming:
         records.lock(run_dir)  # one run at a time in a folder
-    if resuming and not last.is_file() and records.clear_unstarted_run(run_dir):
-        # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
-        print(f"{run_dir} holds no checkpoint: starting its run over, with its {records.RUN_RECORD}.", file=sys.stderr)
-        resuming = False
-    elif resuming and not last.is_file() and (kept := sorted(last.parent.glob("*.ckpt"))):
-        raise UserError(
-            f"--ckpt_path last resumes from {last}, its resume point, which is gone. Its kept weights can be "
-            f"tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run (scripts/train.py "
-            f"--ckpt_path {kept[0]})."
-        )
-    elif resuming:
-        epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
-        refuse_finished_run(run_dir, epochs, config.max_epochs)
+        if not last.is_file() and records.clear_unstarted_run(run_dir):
+            # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
+            print(f"{run_dir} holds no checkpoint: starting its run over, with its record.", file=sys.stderr)
+            resuming = False
+        elif not last.is_file() and (kept := sorted(last.parent.glob("*.ckpt"))):
+            raise UserError(
+                f"--ckpt_path last resumes from {last}, its resume point, which is gone. Its kept weights can be "
+                f"tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run "
+                f"(scripts/train.py --ckpt_path {kept[0]})."
+            )
+        else:
+            epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
+            refuse_finished_run(run_dir, epochs, config.max_epochs)
     else:
         try:
             run_dir = records.new_run_dir(config.output_dir)
