@@ -484,7 +484,8 @@ def test_a_data_module_without_a_test_set_trains_with_limit_test_batches_0(tmp_p
         (
             "negative",
             "val",
-            "val_dataloader() holds samples of torch.float32 and shape (32, 2), labels of torch.int64 and shape (32,) from -1 to 1",
+            "val_dataloader() holds samples of torch.float32 and shape (32, 2), "
+            "labels of torch.int64 and shape (32,) from -1 to 1",
         ),
         ("dict", "train", "train_dataloader() holds a dict,"),
         ("nan", "train", "samples of torch.float32 and shape (32, 2) with NaN or inf"),

@@ -155,12 +155,10 @@ class StopTogether(Callback):
 
 
 class EpochTimer(Timer):
-    """--max_time, checked at each epoch's end: a run it stops holds whole epochs. (Lightning's check after every
-    batch ends the epoch where it is, as if complete: a resumed run would skip the rest of it.) It counts the whole
-    run's training time, also of earlier segments run without --max_time, whose checkpoints hold no Timer's count."""
-
-    def __init__(self, duration: Any) -> None:
-        super().__init__(duration, interval="epoch")
+    """--max_time, checked at each epoch's end (built with ``interval="epoch"``): a run it stops holds whole epochs.
+    (Lightning's check after every batch ends the epoch where it is, as if complete: a resumed run would skip the rest
+    of it.) It counts the whole run's training time, also of earlier segments run without --max_time, whose
+    checkpoints hold no Timer's count."""
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         states = checkpoint.get("callbacks", {})

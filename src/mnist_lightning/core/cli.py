@@ -175,7 +175,7 @@ def build_training(config: Namespace) -> Training:
 
         callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text))]
         if built.max_time is not None:
-            callbacks.append(EpochTimer(built.max_time))
+            callbacks.append(EpochTimer(built.max_time, interval="epoch"))
         if built.enable_checkpointing is not False:
             # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
             validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
