@@ -356,8 +356,8 @@ def test_a_data_module_without_sizes_is_refused_before_training(tmp_path, capfd)
     assert train_main(["--data", "own_data.Unsized", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
     captured = capfd.readouterr()
     message = one_paragraph(captured.err)
-    assert "The data module Unsized must take batch_size and say what the model is built for" in message
-    assert "num_classes" in message and "input_shape" in message
+    assert "The data module Unsized must take batch_size and set input_shape (a tuple) and num_classes" in message
+    assert "checks.DataContract" in message and "it has None and None" in message
     assert "GPU available" not in captured.err + captured.out  # no Lightning banner: refused before the Trainer
     assert not (tmp_path / "run").exists()
 

@@ -58,8 +58,7 @@ class BatchCheck(Callback):
         if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
             raise UserError(
                 f"The data module {type(trainer.datamodule).__name__} gave no validation batch (its val_dataloader() "
-                "is empty): give it validation samples, or pass --limit_val_batches 0 to train without validation "
-                "(the run then tests its last weights)."
+                "is empty): give it validation samples, or pass --limit_val_batches 0 to train without validation."
             )
 
     on_train_epoch_end = on_train_start

@@ -37,9 +37,8 @@ def data_sizes(datamodule: DataContract) -> dict[str, Any]:
     batched = "batch_size" in inspect.signature(type(datamodule)).parameters  # --batch_size is linked into it
     if not (isinstance(shape, tuple | list) and isinstance(classes, int) and classes >= 2 and batched):
         raise UserError(
-            f"The data module {type(datamodule).__name__} must take batch_size and say what the model is built for "
-            "as attributes, input_shape (a tuple of positive ints) and num_classes (an int, 2 or more); it has "
-            f"input_shape={shape!r}, num_classes={classes!r}{'' if batched else ', no batch_size argument'}."
+            f"The data module {type(datamodule).__name__} must take batch_size and set input_shape (a tuple) and "
+            f"num_classes (2 or more), as checks.DataContract says: it has {shape!r} and {classes!r}."
         )
     return {"input_shape": list(shape), "num_classes": classes}
 
@@ -55,8 +54,7 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
     if got != [len(samples), num_classes]:
         raise UserError(
             f"The network {name} maps a batch of samples of shape {list(samples.shape)} to {got}; it must give "
-            f"{[len(samples), num_classes]}: take (input_shape, num_classes) as its first two arguments and give one "
-            "score per class for each sample, e.g. MyNet(input_shape, num_classes, width=64)."
+            f"{[len(samples), num_classes]}, one score per class: e.g. MyNet(input_shape, num_classes, width=64)."
         )
     if not any(parameter.requires_grad for parameter in net.parameters()):
         raise UserError(f"The network {name} has no trainable parameters: nothing to train.")

@@ -96,16 +96,13 @@ def build_parser() -> ArgumentParser:
     parser.add_class_arguments(Options, None, instantiate=False)
     # The data's sizes are the data module's to give, not options (build_model_and_data).
     parser.add_class_arguments(model_class(), None, instantiate=False, skip={"input_shape", "num_classes"})
-    data = (
-        "Any LightningDataModule by class path; its arguments are --data.NAME VALUE, listed by --data.help CLASS_PATH."
-    )
-    parser.add_subclass_arguments(LightningDataModule, "data", as_group=False, help=data)
+    what = "Any LightningDataModule by class path, its arguments as --data.NAME (listed by --data.help CLASS_PATH)."
+    parser.add_subclass_arguments(LightningDataModule, "data", as_group=False, help=what)
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
-    parser.set_defaults(
-        TRAINER_DEFAULTS, net={"class_path": "mnist_lightning.model.SimpleNN"}, data={"class_path": DATA_MODULE}
-    )
+    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": DATA_MODULE})
+    parser.set_defaults(net={"class_path": "mnist_lightning.model.SimpleNN"})
     return parser
 
 
@@ -118,11 +115,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:
         raise UserError(checks.batch_size_refused("--data.batch_size"))
     # A typed --ckpt_path last resumes from the run's record, with only the flags resume.py's own parser takes.
-    given = [
-        arg.partition("=")[2] or value
-        for arg, value in itertools.pairwise([*argv, ""])
-        if arg.startswith("--ckpt_path")
-    ]
+    given = [a.partition("=")[2] or v for a, v in itertools.pairwise([*argv, ""]) if a.startswith("--ckpt_path")]
     resuming = given[-1:] == ["last"]
     config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
     if config.ckpt_path == "last" and not resuming:
