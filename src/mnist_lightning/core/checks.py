@@ -98,7 +98,7 @@ def load_yaml(text: str, path: str = "") -> Any:
         content = loader.get_single_data()
         data = content.get("data") if isinstance(content, dict) else None
         if isinstance(data, dict) and "batch_size" in (data.get("init_args") or {}):
-            raise UserError(batch_size_refused(f"{path}, batch_size under data: init_args:"))
+            raise UserError(batch_size_refused(f"batch_size under data: init_args: in {path}"))
     return PARSER_YAML(text)
 
 
