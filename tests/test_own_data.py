@@ -356,8 +356,8 @@ def test_a_data_module_without_sizes_is_refused_before_training(tmp_path, capfd)
     assert train_main(["--data", "own_data.Unsized", "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
     captured = capfd.readouterr()
     message = one_paragraph(captured.err)
-    assert "The data module Unsized must say what the model is built for" in message
-    assert "num_classes" in message and "input_shape" in message
+    assert "The data module Unsized must take batch_size and set input_shape (a tuple) and num_classes" in message
+    assert "checks.DataContract" in message and "it has None and None" in message
     assert "GPU available" not in captured.err + captured.out  # no Lightning banner: refused before the Trainer
     assert not (tmp_path / "run").exists()
 
@@ -478,12 +478,17 @@ def test_a_data_module_without_a_test_set_trains_with_limit_test_batches_0(tmp_p
 @pytest.mark.parametrize(
     ("fault", "stage", "holds"),
     [
-        ("wide", "train", "train_dataloader() holds samples of shape (32, 4)"),
-        ("float", "train", "train_dataloader() holds labels of torch.float32"),
-        ("high", "train", "train_dataloader() holds labels from 1 to 3"),
-        ("negative", "val", "val_dataloader() holds labels from -1 to 1"),
-        ("dict", "train", "train_dataloader() holds a dict (keys 'x', 'y')"),
-        ("nan", "train", "train_dataloader() holds samples that are not finite (NaN or inf)"),
+        ("wide", "train", "train_dataloader() holds samples of torch.float32 and shape (32, 4),"),
+        ("float", "train", "labels of torch.float32 and shape (32,)"),
+        ("high", "train", "labels of torch.int64 and shape (32,) from 1 to 3"),
+        (
+            "negative",
+            "val",
+            "val_dataloader() holds samples of torch.float32 and shape (32, 2), "
+            "labels of torch.int64 and shape (32,) from -1 to 1",
+        ),
+        ("dict", "train", "train_dataloader() holds a dict,"),
+        ("nan", "train", "samples of torch.float32 and shape (32, 2) with NaN or inf"),
         ("double", "train", "train_dataloader() holds samples of torch.float64"),
         ("integer", "val", "val_dataloader() holds samples of torch.int64"),
     ],
@@ -565,12 +570,12 @@ def test_a_bad_test_batch_found_after_training_says_how_to_test_the_kept_run(tmp
     flags = ["--data", "own_data.Mislabelled", "--data.fault", "wide", "--data.stage", "test", "--batch_size", "32"]
     assert train_main([*flags, "--output_dir", str(run), *QUIET]) == 2
     message = one_paragraph(capfd.readouterr().err)
-    assert "test_dataloader() holds samples of shape (32, 4)" in message
+    assert "test_dataloader() holds samples of torch.float32 and shape (32, 4)" in message
     assert f"{run / 'checkpoints' / 'last.ckpt'} keeps the trained epochs: once that is fixed, `python " in message
     assert f"--output_dir {run.resolve()} --ckpt_path last` tests it" in message
     last = str(run / "checkpoints" / "last.ckpt")
     assert evaluate_main(["--ckpt_path", last, "--output_dir", str(tmp_path / "e")]) == 2
-    assert "test_dataloader() holds samples of shape (32, 4)" in one_paragraph(capfd.readouterr().err)
+    assert "test_dataloader() holds samples of torch.float32 and shape (32, 4)" in one_paragraph(capfd.readouterr().err)
     assert not (tmp_path / "e").exists()
     import own_data
 

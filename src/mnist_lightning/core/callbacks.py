@@ -12,8 +12,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch import Tensor
 
-from .checks import check_batch
 from .errors import UserError
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
@@ -24,33 +24,50 @@ class DivergedError(UserError):
 
 
 class BatchCheck(Callback):
-    """Each stage's first batch against the data module's input_shape and num_classes: a batch that breaks them is
+    """Each stage's first batch against what the data module says (checks.DataContract): a batch that breaks it is
     named with its data module, not found by a traceback from the step."""
 
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        if batch_idx == 0:
-            loader = f"{trainer.state.stage.dataloader_prefix}_dataloader"  # train_, val_ or test_dataloader
-            hparams, dtype = pl_module.hparams, None if "mixed" in str(trainer.precision) else pl_module.dtype
-            check_batch(batch, loader, trainer.datamodule, hparams.input_shape, hparams.num_classes, dtype)
+        if batch_idx > 0:
+            return
+        shape, classes, ok = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes, False
+        # Samples of the weights' dtype (under autocast: any floating one); labels of a dtype cross_entropy takes.
+        dtype, got = None if "mixed" in str(trainer.precision) else pl_module.dtype, f"a {type(batch).__name__}"
+        if isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
+            x, y = batch
+            finite = bool(x.isfinite().all())
+            got = f"samples of {x.dtype} and shape {tuple(x.shape)}{'' if finite else ' with NaN or inf'}, labels of "
+            got += f"{y.dtype} and shape {tuple(y.shape)} from {int(y.min())} to {int(y.max())}"
+            ok = finite and x.shape[1:] == shape and x.is_floating_point() and x.dtype == (dtype or x.dtype)
+            ok = ok and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1]
+            ok = ok and 0 <= y.min() and y.max() < classes
+        if not ok:
+            name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader"
+            kind = str(dtype).removeprefix("torch.") if dtype else "floating-point"
+            raise UserError(
+                f"The data module {name} does not give what it says (input_shape {shape}, num_classes {classes}): the "
+                f"first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: finite "
+                f"{kind} samples of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to "
+                f"{classes - 1} of shape (batch,). Fix {loader}() or what {name} says."
+            )
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
         if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
-            name = type(trainer.datamodule).__name__
             raise UserError(
-                f"The data module {name} gave no validation batch (its val_dataloader() is empty), so there is "
-                "nothing to choose the best checkpoint by: give it validation samples, or pass --limit_val_batches 0 "
-                "to train without validation (the run then tests its last weights)."
+                f"The data module {type(trainer.datamodule).__name__} gave no validation batch (its val_dataloader() "
+                "is empty): give it validation samples, or pass --limit_val_batches 0 to train without validation."
             )
 
     on_train_epoch_end = on_train_start
 
 
 class EpochHistory(Callback):
-    """Each epoch's time and metrics, and the whole run's fit time and seed, kept in its checkpoints for a resumed
-    run. A loss that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
+    """Each epoch's time and metrics (printed as a line where the progress display is EpochLines), and the whole
+    run's fit time and seed, kept in its checkpoints for a resumed run. A loss that is not finite stops the run before
+    its checkpoints are written: no record gets a NaN."""
 
     def __init__(self, record: str | None = None) -> None:
         self.record = record  # the fingerprint of the run's record (resume.fingerprint): a resume checks it
@@ -65,7 +82,7 @@ class EpochHistory(Callback):
     def on_train_start(self, *args: Any) -> None:  # a run resumed mid-epoch has no on_train_epoch_start
         self._start = self._segment_start = time.perf_counter()
 
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_epoch_start(self, *args: Any) -> None:
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -80,11 +97,15 @@ class EpochHistory(Callback):
                 fix = f"--precision {precision.replace('true', 'mixed')} or 32-true: 16-bit weights overflow at any lr"
             raise DivergedError(
                 f"Training diverged: the training loss of epoch {trainer.current_epoch} is {loss} (lr "
-                f"{hparams.get('lr')}, optimizer {hparams.get('optimizer')}, precision {precision}). Nothing of that "
-                f"epoch was saved: checkpoints/ holds the last finite weights, if any. Unless the data or the network "
-                f"gives NaN or inf (then fix that), start a new run with {fix}."
+                f"{hparams.get('lr')}, optimizer {hparams.get('optimizer')}, precision {precision}); checkpoints/ "
+                f"holds the last finite weights, if any. Unless the data or the network gives NaN or inf (then fix "
+                f"that), start a new run with {fix}."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
+        if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
+            epochs = f"/{trainer.max_epochs}" * (trainer.max_epochs > 0)  # -1: no limit
+            shown = [f"{name} {row[name]:.4f}" for name in RECORDED if name in row] + [f"{row['seconds']:.1f} s"]
+            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {', '.join(shown)}", flush=True)
 
     def state_dict(self) -> dict:
         return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
@@ -93,13 +114,26 @@ class EpochHistory(Callback):
         self.rows, self.fit_seconds_before = list(state_dict["rows"]), float(state_dict.get("fit_seconds", 0.0))
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        checkpoint["record"] = self.record
-        checkpoint["random_states"] = random_states()
+        # The random generators' states, as plain values and tensors: Lightning keeps none, and a resumed run would
+        # draw other dropouts and batches.
+        kind, keys, *position = np.random.get_state()
+        states = {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": [kind, keys.tolist(), *position],
+        }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+        checkpoint |= {"record": self.record, "random_states": states}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        self.first_step = checkpoint.get("global_step", 0)
-        if "random_states" in checkpoint:
-            set_random_states(checkpoint["random_states"])
+        self.first_step, states = checkpoint.get("global_step", 0), checkpoint["random_states"]
+        torch.set_rng_state(states["torch"])
+        random.setstate(states["python"])
+        kind, keys, *position = states["numpy"]
+        np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
+        if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states["cuda"])
 
 
 class StopTogether(Callback):
@@ -119,31 +153,11 @@ class StopTogether(Callback):
             raise SIGTERMException  # how Lightning stops a fit on SIGTERM
 
 
-def random_states() -> dict:
-    """As plain values and tensors: Lightning keeps none, and a resumed run would draw other dropouts and batches."""
-    kind, keys, *position = np.random.get_state()
-    states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *position]}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_random_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    random.setstate(tuple(item if not isinstance(item, list) else tuple(item) for item in states["python"]))
-    kind, keys, *position = states["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
-    if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
 class EpochTimer(Timer):
-    """--max_time, checked at each epoch's end: a run it stops holds whole epochs. (Lightning's check after every
-    batch ends the epoch where it is, as if complete: a resumed run would skip the rest of it.) It counts the whole
-    run's training time, also of earlier segments run without --max_time, whose checkpoints hold no Timer's count."""
-
-    def __init__(self, duration: Any) -> None:
-        super().__init__(duration, interval="epoch")
+    """--max_time, checked at each epoch's end (built with ``interval="epoch"``): a run it stops holds whole epochs.
+    (Lightning's check after every batch ends the epoch where it is, as if complete: a resumed run would skip the rest
+    of it.) It counts the whole run's training time, also of earlier segments run without --max_time, whose
+    checkpoints hold no Timer's count."""
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         states = checkpoint.get("callbacks", {})
@@ -165,32 +179,21 @@ class ThrottledBar(TQDMProgressBar):
     _drawn_at = 0.0
 
     def _due(self, batch_idx: int, batches: int | float) -> bool:
-        due = batch_idx + 1 >= batches or time.monotonic() - self._drawn_at >= 0.1
-        self._drawn_at = time.monotonic() if due else self._drawn_at
+        if due := batch_idx + 1 >= batches or time.monotonic() - self._drawn_at >= 0.1:
+            self._drawn_at = time.monotonic()
         return due
 
-    def on_train_batch_end(self, trainer, pl_module, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._due(batch_idx, self.total_train_batches):
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+    def on_train_batch_end(self, *args: Any) -> None:  # (trainer, pl_module, outputs, batch, batch_idx)
+        if self._due(args[4], self.total_train_batches):
+            super().on_train_batch_end(*args)
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx=0) -> None:
-        if self._due(batch_idx, self.total_val_batches_current_dataloader):
-            super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+    def on_validation_batch_end(self, *args: Any) -> None:
+        if self._due(args[4], self.total_val_batches_current_dataloader):
+            super().on_validation_batch_end(*args)
 
 
 class EpochLines(ProgressBar):
-    def disable(self) -> None:  # Lightning's call on every process but the first, which print nothing here
+    """No bar: EpochHistory prints a line as each epoch ends."""
+
+    def disable(self) -> None:  # Lightning's call on every process but the first, which print nothing
         pass
-
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._start = time.perf_counter()
-
-    on_train_start = on_train_epoch_start  # a run resumed mid-epoch has no on_train_epoch_start
-
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if trainer.is_global_zero:
-            epochs = f"/{trainer.max_epochs}" if trainer.max_epochs > 0 else ""  # -1: no limit
-            metrics = trainer.callback_metrics
-            shown = [f"{name} {float(metrics[name]):.4f}" for name in RECORDED if name in metrics]
-            seconds = f"{time.perf_counter() - self._start:.1f} s"
-            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {', '.join([*shown, seconds])}", flush=True)
