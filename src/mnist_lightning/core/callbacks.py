@@ -3,6 +3,7 @@
 
 import math
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -110,6 +111,9 @@ class StopTogether(Callback):
 
     def __init__(self) -> None:
         self.received = False
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # held since train.main, its note comes now
 
     def any_received(self, trainer: Trainer) -> bool:
         return trainer.strategy.reduce_boolean_decision(self.received, all=False)
