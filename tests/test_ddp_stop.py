@@ -1,7 +1,7 @@
 """SIGTERM to a two-process DDP run (gloo on the CPU), as a scheduler sends it: to the whole process group or to the
-main process only, once or twice, at a random moment of the fit (or of its setup). Every process must end within
-seconds with exit 143, the run saying once how to resume it and no process a traceback, the run folder free; the
-resumed run must end as one never stopped."""
+main process only, once or twice, at a random moment: as its processes start and join, or during the fit. Every
+process must end within seconds with exit 143, the run saying once how to resume it (or to start it again) and no
+process a traceback, the run folder free; the resumed run must end as one never stopped."""
 
 import contextlib
 import fcntl

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal job
         try:
             job = build_training(parse_args(argv))
-            if job.trainer.world_size > 1:  # held by the processes Lightning starts too, until StopTogether.setup
+            if job.trainer.world_size > 1:  # until the processes have joined: see StopTogether
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
             try:
                 train(job.trainer, job.model, job.datamodule, job.ckpt_path)
