@@ -1,7 +1,7 @@
 """SIGTERM to a two-process DDP run (gloo on the CPU), as a scheduler sends it: to the whole process group or to the
-main process only, once or twice, at a random moment of the fit (or of its setup). Every process must end within
-seconds with exit 143, the run saying once how to resume it and no process a traceback, the run folder free; the
-resumed run must end as one never stopped."""
+main process only, once or twice, at a random moment: as its processes start and join, or during the fit. Every
+process must end within seconds with exit 143, the run saying once how to resume it (or to start it again) and no
+process a traceback, the run folder free; the resumed run must end as one never stopped."""
 
 import contextlib
 import fcntl
@@ -24,7 +24,7 @@ pytestmark = [
 
 EPOCHS = 10
 TRIES = 10  # Lightning 2.6 alone fails one stop in three or more: (2/3)**10 < 2 %
-SETUP = 2  # more tries, as the other process joins the fit (before Lightning's own SIGTERM handling)
+EARLY = 8  # as the processes start: Lightning 2.6 alone fails four in five
 CHECKED = {0, 7}  # the tries resumed to the end and compared with an uninterrupted run
 
 
@@ -66,53 +66,86 @@ def folder_free(run: Path) -> bool:
     return True
 
 
+def stop(flags: list[str], run: Path, waited: str, pause: float, to_group: bool, twice: bool) -> str:
+    """Start a run, wait for its line that starts with ``waited`` and ``pause`` seconds more (epochs, after the
+    first epoch's line), send SIGTERM to its process group or its main process, once or twice; its output, once
+    checked that every process ended as told and left the run folder free (or left none)."""
+    process, rng = train(flags, run), random.Random(run.name)
+    what = f"{run.name}: SIGTERM to the {'group' if to_group else 'main process'}{' twice' * twice}"
+    try:
+        output = ""
+        for line in process.stdout:
+            output += line
+            if line.startswith(waited):
+                break
+        assert process.poll() is None, f"{what}: ended first:\n{output[-3000:]}"
+        if waited.startswith("Epoch"):  # mid-fit, however fast this machine: "Epoch 1/10: ..., 0.4 s"
+            pause *= max(float(line.split()[-2]), 0.1)
+        time.sleep(pause)
+        what += f", {pause:.2f} s after {waited!r}"
+        for _ in range(1 + twice):
+            (os.killpg if to_group else os.kill)(process.pid, signal.SIGTERM)
+            time.sleep(rng.uniform(0.0, 0.3))
+        try:
+            output += process.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{what}: still running a minute later:\n{output[-3000:]}")
+        deadline = time.monotonic() + 30
+        while running(run) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not running(run), f"{what}: a process outlived the main one: {running(run)}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # none left training after the test
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, f"{what}: exit {process.returncode}\n{output[-3000:]}"
+    assert output.count("Stopped by SIGTERM") == 1, f"{what}:\n{output[-3000:]}"
+    for failure in ("Traceback", "[rank1]", "Exception"):  # Python's, torch's for a rank, its C++ layer's
+        assert failure not in output, f"{what}:\n{output[-3000:]}"
+    assert not run.exists() or folder_free(run), what  # a new run stopped before its first epoch leaves none
+    return output
+
+
+def resumes_exactly(output: str, run: Path, whole: Path) -> None:
+    resume = start(RESUME_LINE.findall(output)[-1])
+    _, stderr = resume.communicate(timeout=300)
+    assert resume.returncode == 0, f"{run.name}: the resume failed:\n{stderr[-3000:]}"
+    comparison = compare_runs(run, whole)
+    assert comparison["max_weight_difference"] == 0.0, (run.name, comparison)
+    assert comparison["test/acc"][0] == comparison["test/acc"][1], (run.name, comparison)
+    assert comparison["history_epochs"] == list(range(EPOCHS)), (run.name, comparison)
+
+
 def test_sigterm_stops_every_process_together_and_the_run_resumes_exactly(flags, tmp_path):
     whole = tmp_path / "whole"
     assert train(flags, whole).wait(timeout=300) == 0
     rng = random.Random(20806)
-    for attempt in range(TRIES + SETUP):
-        to_group, twice, moment = attempt % 2 == 0, attempt % 4 >= 2, rng.uniform(0.5, 4.0)
-        what = f"try {attempt}: SIGTERM to the {'group' if to_group else 'main process'}{' twice' * twice}"
-        what += f", {moment:.2f} epochs after the first" if attempt < TRIES else ", as the fit sets up"
-        waited = "Epoch 1/" if attempt < TRIES else "Initializing distributed: GLOBAL_RANK: 1"
-        run = tmp_path / f"run{attempt}"
-        process = train(flags, run)
-        try:
-            output = ""
-            for line in process.stdout:
-                output += line
-                if line.startswith(waited):  # "Epoch 1/10: train/loss ..., 0.4 s"
-                    break
-            assert process.poll() is None, f"{what}: ended first:\n{output[-3000:]}"
-            if attempt < TRIES:
-                time.sleep(moment * max(float(line.split()[-2]), 0.1))  # mid-fit, however fast this machine
-            for _ in range(1 + twice):
-                (os.killpg if to_group else os.kill)(process.pid, signal.SIGTERM)
-                time.sleep(rng.uniform(0.0, 0.3))
-            try:
-                output += process.communicate(timeout=60)[0]
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{what}: still running a minute later:\n{output[-3000:]}")
-            deadline = time.monotonic() + 30
-            while running(run) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert not running(run), f"{what}: a process outlived the main one: {running(run)}"
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # none left training after the test
-                os.killpg(process.pid, signal.SIGKILL)
-        assert process.returncode == 143, f"{what}: exit {process.returncode}\n{output[-3000:]}"
-        assert output.count("Stopped by SIGTERM") == 1, f"{what}:\n{output[-3000:]}"
-        for failure in ("Traceback", "[rank1]", "Exception"):  # Python's, torch's for a rank, its C++ layer's
-            assert failure not in output, f"{what}:\n{output[-3000:]}"
-        assert not run.exists() or folder_free(run), what  # a new run stopped before its first epoch leaves none
+    for attempt in range(TRIES):
+        run, epochs = tmp_path / f"run{attempt}", rng.uniform(0.5, 4.0)
+        output = stop(flags, run, "Epoch 1/", epochs, to_group=attempt % 2 == 0, twice=attempt % 4 >= 2)
         if attempt in CHECKED:
-            resume = start(RESUME_LINE.findall(output)[-1])
-            _, stderr = resume.communicate(timeout=300)
-            assert resume.returncode == 0, f"{what}: the resume failed:\n{stderr[-3000:]}"
-            comparison = compare_runs(run, whole)
-            assert comparison["max_weight_difference"] == 0.0, (what, comparison)
-            assert comparison["test/acc"][0] == comparison["test/acc"][1], (what, comparison)
-            assert comparison["history_epochs"] == list(range(EPOCHS)), (what, comparison)
+            resumes_exactly(output, run, whole)
+
+
+def test_sigterm_as_the_processes_start_stops_every_one_together(flags, tmp_path):
+    """At a random moment from the Trainer's creation to the end of the first epoch: the other process is started,
+    imports, builds its Trainer, joins the group (the main one waits for it in torch's C++, where no Python handler
+    runs), sets up. Lightning 2.6 SIGKILLs every process as soon as one it started ends."""
+    whole, times = tmp_path / "whole", {}
+    process = train(flags, whole)
+    for line in process.stdout:
+        times.setdefault(line.split(":")[0], time.monotonic())
+    assert process.wait(timeout=300) == 0
+    span = times[f"Epoch 1/{EPOCHS}"] - times["GPU available"]  # (Lightning's first line, as the Trainer is built)
+    rng, started_again, resumed = random.Random(34), False, False
+    for attempt in range(EARLY):
+        run, moment = tmp_path / f"run{attempt}", rng.uniform(0.0, 1.2 * span)
+        output = stop(flags, run, "GPU available", moment, to_group=attempt % 3 < 2, twice=attempt % 2 == 1)
+        if RESUME_LINE.search(output) and not resumed:
+            resumes_exactly(output, run, whole)
+            resumed = True
+        elif "Run the same command again" in output and not started_again:  # as the run says: nothing was kept
+            assert train(flags, run).wait(timeout=300) == 0, run.name
+            started_again = True
 
 
 def test_a_sigterm_after_the_last_batch_stops_every_process_before_the_test(flags, tmp_path):

@@ -3,6 +3,7 @@
 
 import math
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -140,10 +141,16 @@ class StopTogether(Callback):
     """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
     agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
     their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together),
-    and train.train asks again after the fit; cli.build_trainer adds it to distributed runs only."""
+    and train.train asks again after the fit; cli.build_trainer adds it to distributed runs only. train.main holds
+    SIGTERM (blocks it) from the fit's start to :meth:`setup`, once the processes have joined, and the processes
+    Lightning starts inherit it held: one sent as they start (while they import, or the first waits for them in
+    torch's C++) must not end one of them alone, which Lightning 2.6 answers by SIGKILLing every process."""
 
     def __init__(self) -> None:
         self.received = False
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one held till now is noted now
 
     def any_received(self, trainer: Trainer) -> bool:
         return trainer.strategy.reduce_boolean_decision(self.received, all=False)

@@ -173,4 +173,5 @@ def run_main(
         # loaded) would only turn its status into a failure. Called from Python, the caller's handlers come back.
         for signum, handler in handlers.items():
             signal.signal(signum, signal.SIG_IGN if exiting else handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # held by a fit that failed to start (train.main)
     return 0

@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal job
         try:
             job = build_training(parse_args(argv))
+            if job.trainer.world_size > 1:  # until the processes have joined: see StopTogether
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
             try:
                 train(job.trainer, job.model, job.datamodule, job.ckpt_path)
             except BaseException:  # a new run that fails before its fit finished leaves no half-made folder behind
