@@ -140,7 +140,7 @@ def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkp
     run = Path(checkpoint).parent.parent
     with run_in_progress(run):
         assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
-    assert f"is inside {run}, the folder of another command that has not ended" in one_line(capsys.readouterr().err)
+    assert f"{run} is in use by another command that has not ended" in one_line(capsys.readouterr().err)
     assert not (run / "checkpoints" / "exports" / "model.pt2").exists()
 
 
