@@ -43,11 +43,6 @@ class WriteError(UserError):
         super().__init__(f"{path} could not be written: {reason.get(error.errno, error.strerror or error)}.")
 
 
-def print_error(message: str) -> None:
-    text = f"Error: {' '.join(message.split())}"
-    print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
-
-
 def in_user_code(filename: str) -> bool:
     """Whether a file is the user's: the package's files outside core/, or any file not of Python or an installed
     library (site-packages, dist-packages, wherever the environment finds them)."""
@@ -130,7 +125,8 @@ def run_main(
         end_process_group()
     except (UserError, *user_errors) as error:
         kept = where() if where and isinstance(error, WriteError) else ""  # what was kept, how to go on with room
-        print_error(f"{error} {kept[:1].upper()}{kept[1:]}")
+        text = " ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split())  # one paragraph
+        print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
         return getattr(error, "exit_code", USAGE_ERROR)
     except KeyboardInterrupt:
         if reports_for_the_run():

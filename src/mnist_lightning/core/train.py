@@ -45,16 +45,14 @@ def train(
         raise UserError(f"{cause}, so there is no trained model to test: give it more.")
     rows = list(history.rows)  # before testing: loading a checkpoint restores callbacks too
     best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
-    best_path = best.best_model_path if best else ""
+    best_path = (best and best.best_model_path) or None
     try:
         with lightning_notes_ignored():
-            results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, weights_only=True)
+            results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, weights_only=True)
         check_tested(trainer)
     except (UserError, MisconfigurationException) as error:  # the test data or a test setting: the fit is kept
         last = run_dir / "checkpoints" / "last.ckpt"
-        kept = (
-            f"{run_dir} keeps the fit's logs, no checkpoint: once that is fixed, run it again with a new --output_dir"
-        )
+        kept = f"{run_dir} keeps its logs, no checkpoint: once that is fixed, rerun with a new --output_dir"
         if last.is_file():
             kept = f"{last} keeps the trained epochs: once that is fixed, `{resume_hint(run_dir)}` tests it"
         error.args = (f"{str(error).rstrip('.')}. {kept} (with any corrected option added).",)
@@ -68,7 +66,7 @@ def train(
         history=rows,
         fit_seconds=history.fit_seconds(),  # the whole run's: a resumed run's earlier segments are in its checkpoints
         best_val_acc=None if score is None else float(score),
-        best_checkpoint=best_path or None,
+        best_checkpoint=best_path,
         seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # what seed_everything set
     )
     if trainer.fast_dev_run:  # a smoke test, said first: its numbers are of a few batches, not of a trained model
@@ -94,10 +92,10 @@ def print_summary(metrics: dict[str, Any], run_dir: Path) -> None:
     said = f"{tested} after {epochs} epoch{'s' * (epochs != 1)}, fit in {metrics['fit_seconds']:.1f} s on {device}"
     said += f" ({metrics['precision']} precision)"
     if batches := metrics.get("fast_dev_run"):
-        said = f"Smoke test passed (--fast_dev_run): {batches} batch(es) of each stage ran, no checkpoint kept; their "
-        said += "accuracy says nothing of the model: leave out --fast_dev_run to train it"
-    shown = ", ".join(path.name + "/" * path.is_dir() for path in sorted(run_dir.iterdir()) if path.name[0] != ".")
-    print(f"\n{said}.\nRun folder: {run_dir}  ({shown})")
+        said = (
+            f"Smoke test passed (--fast_dev_run): {batches} batch(es) of each stage ran; leave it out to train a model"
+        )
+    print(f"\n{said}.\nRun folder: {run_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:
