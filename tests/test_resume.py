@@ -248,7 +248,7 @@ def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn)
     (run / "metrics.json").unlink()
     # The same limit again: the whole run's training time is already over it, and the message says so.
     assert resume(run, "--max_time", "00:00:00:01") == 2
-    assert "--max_time limits the whole run's training time" in one_line(capsys.readouterr().err)
+    assert "no training step: its --max_time (which counts earlier segments)" in one_line(capsys.readouterr().err)
     # Without it, the resumed run trains to --max_epochs.
     assert resume(run, "--max_epochs", str(stopped + 2)) == 0
     assert json.loads((run / "metrics.json").read_text())["epochs"] == stopped + 2
@@ -267,7 +267,7 @@ def test_max_time_counts_earlier_segments_run_without_it(data, tmp_path, capsys)
     checkpoint["callbacks"]["EpochHistory"]["fit_seconds"] = 7200.0  # as if the two epochs had taken two hours
     torch.save(checkpoint, last)
     assert resume(run, "--max_epochs", "4", "--max_time", "00:01:00:00") == 2
-    assert "--max_time limits the whole run's training time" in one_line(capsys.readouterr().err)
+    assert "no training step: its --max_time (which counts earlier segments)" in one_line(capsys.readouterr().err)
     assert torch.load(last, weights_only=True)["global_step"] == checkpoint["global_step"]  # no epoch trained
 
 

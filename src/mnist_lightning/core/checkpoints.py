@@ -1,5 +1,6 @@
 """Checkpoints: the one loader every entry point uses, atomic writes, and ``last.ckpt``, the resume point."""
 
+import io
 import json
 import os
 import pickle
@@ -123,11 +124,14 @@ def completed_epochs(contents: dict[str, Any]) -> int:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Written whole or not at all (:func:`records.replaced`): Lightning's go through /tmp, moved and not synced."""
+    """Written whole or not at all (:func:`records.replaced`): Lightning's go through /tmp, moved and not synced.
+    Serialized in memory first, as Lightning's own _atomic_save: a short write is then the OSError that says why."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
         with replaced(Path(path)) as file:
-            torch.save(checkpoint, file)
+            file.write(buffer.getbuffer())
 
 
 class RunCheckpoint(ModelCheckpoint):

@@ -5,7 +5,6 @@ Python's traceback, after a line naming the hook that failed."""
 import errno
 import importlib.util
 import os
-import shutil
 import signal
 import sys
 import sysconfig
@@ -33,33 +32,15 @@ class UserError(Exception):
 
     exit_code = USAGE_ERROR
 
-    def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code or self.exit_code
-
 
 class WriteError(UserError):
     """A file could not be written (a full disk, a read-only or failing one); the message says which and why."""
 
     exit_code = 1
 
-    def __init__(self, path: Path, error: BaseException) -> None:
-        free = shutil.disk_usage(path.parent).free if path.parent.is_dir() else None
-        code = getattr(error, "errno", None)
-        if code == errno.EFBIG:
-            reason = "the file is larger than this process may write (a file-size limit: ulimit -f)"
-        elif code in (errno.ENOSPC, errno.EDQUOT) or (free is not None and free < 2**20):
-            reason = "the disk is full" + (f" ({free / 2**20:.1f} MB free there)" if free is not None else "")
-        elif "unexpected pos" in str(error):  # torch's word for a write cut short, without the cause
-            reason = "the write was cut short (a full disk since freed, or a file-size limit: ulimit -f)"
-        else:
-            reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
-        super().__init__(f"{path} could not be written: {reason}.")
-
-
-def print_error(message: str) -> None:
-    text = f"Error: {' '.join(message.split())}"
-    print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
+    def __init__(self, path: Path, error: OSError) -> None:
+        reason = {errno.EFBIG: "a file-size limit is reached (ulimit -f)", errno.ENOSPC: "the disk is full"}
+        super().__init__(f"{path} could not be written: {reason.get(error.errno, error.strerror or error)}.")
 
 
 def in_user_code(filename: str) -> bool:
@@ -72,33 +53,29 @@ def in_user_code(filename: str) -> bool:
     return path.is_file() and not installed  # (compiled code names no file of its own)
 
 
-def failed_hook(error: BaseException) -> tuple[BaseException, str] | None:
-    """The error (or the one that caused it) raised in the user's code, and what of theirs failed: the last of their
-    functions that the machinery, Lightning or jsonargparse called on its way (the hook), or the import of a file."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, SyntaxError) and error.filename and in_user_code(error.filename):  # no frame of theirs
-            return error, f"importing {error.filename}"
-        frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
-        ours = [in_user_code(frame.f_code.co_filename) for frame in frames]
-        if hooks := [frame for i, frame in enumerate(frames) if ours[i] and not (i and ours[i - 1])]:
-            code = hooks[-1].f_code  # (co_qualname: Python 3.11)
-            hook = f"{getattr(code, 'co_qualname', code.co_name)}()"
-            return error, f"importing {code.co_filename}" if code.co_name == "<module>" else hook
-        error = error.__cause__ or error.__context__
-    return None
-
-
 def report_failure(error: Exception) -> int:
-    """An error not foreseen as a mistake: the user's code's with its traceback; a library's refusal of a value (also
-    Lightning's, of a setting, from within a user's hook) as its own message; the template's own faults raised on."""
-    raised_in = Path([frame for frame, _ in traceback.walk_tb(error.__traceback__)][-1].f_code.co_filename).resolve()
-    if (found := failed_hook(error)) and not raised_in.is_relative_to(LIGHTNING):
-        culprit, what = found
-        print(f"Error: {what} of your code raised {type(culprit).__name__}; its traceback:", file=sys.stderr)
-        traceback.print_exception(culprit)
-        return 1
+    """An error not foreseen as a mistake: the user's code's with its traceback, after the line naming the last of
+    their functions that the machinery, Lightning or jsonargparse called (the hook), or the import of their file; a
+    library's refusal of a value (also Lightning's, of a setting, from within a user's hook) as its own message; the
+    template's own faults raised on."""
+    raised_in, seen, culprit = None, set(), error
+    while culprit is not None and id(culprit) not in seen:  # the error, then what caused it
+        seen.add(id(culprit))
+        codes = [frame.f_code for frame, _ in traceback.walk_tb(culprit.__traceback__)]
+        raised_in = raised_in or Path(codes[-1].co_filename).resolve()
+        if raised_in.is_relative_to(LIGHTNING):
+            break
+        mine = [in_user_code(code.co_filename) for code in codes]
+        hooks = [code for i, code in enumerate(codes) if mine[i] and not (i and mine[i - 1])]  # entered from outside
+        what = hooks and f"{getattr(hooks[-1], 'co_qualname', hooks[-1].co_name)}()"  # (co_qualname: Python 3.11)
+        syntax = isinstance(culprit, SyntaxError) and culprit.filename and in_user_code(culprit.filename)  # no frame
+        if syntax or (hooks and hooks[-1].co_name == "<module>"):
+            what = f"importing {culprit.filename if syntax else hooks[-1].co_filename}"
+        if what:
+            print(f"Error: {what} of your code raised {type(culprit).__name__}; its traceback:", file=sys.stderr)
+            traceback.print_exception(culprit)
+            return 1
+        culprit = culprit.__cause__ or culprit.__context__
     if not raised_in.is_relative_to(PACKAGE):
         print(f"Error: {str(error).strip() or type(error).__name__}", file=sys.stderr)
         return USAGE_ERROR
@@ -147,7 +124,9 @@ def run_main(
             signal.signal(signum, signal.SIG_IGN)
         end_process_group()
     except (UserError, *user_errors) as error:
-        print_error(str(error))
+        kept = where() if where and isinstance(error, WriteError) else ""  # what was kept, how to go on with room
+        text = " ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split())  # one paragraph
+        print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
         return getattr(error, "exit_code", USAGE_ERROR)
     except KeyboardInterrupt:
         if reports_for_the_run():

@@ -154,7 +154,7 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except (OSError, RuntimeError) as error:  # torch reports a short write (a full disk) as a RuntimeError
+    except OSError as error:
         raise WriteError(path, error) from error
     finally:  # after a failed or stopped write (after the rename, there is no temporary file)
         temporary.unlink(missing_ok=True)

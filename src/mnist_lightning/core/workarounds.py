@@ -7,15 +7,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-# Log lines dropped by their start (each can go once its library drops it): Lightning 2.6's advertisement ("💡 Tip:
-# ... litlogger") in every run, and its advice to set what --float32_matmul_precision sets and records; torch 2.14's
-# and 2.15's "No CUDA runtime is found" as --compile loads its C++ helpers with a CUDA toolkit and no GPU (harmless).
-NOISE = ("💡 Tip:", "You are using a CUDA device", "No CUDA runtime is found")
 CPP_EXTENSION = "torch.utils.cpp_extension"  # a logger's filters see its own records, not its children's
 
 
 def not_noise(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(NOISE)
+    """Log lines dropped by their start (each can go once its library drops it): Lightning 2.6's advertisement ("💡
+    Tip: ... litlogger") in every run, and its advice to set what --float32_matmul_precision sets and records; torch
+    2.14's and 2.15's "No CUDA runtime is found" as --compile loads its C++ helpers with a CUDA toolkit and no GPU."""
+    return not record.getMessage().startswith(("💡 Tip:", "You are using a CUDA device", "No CUDA runtime is found"))
 
 
 def apply_workarounds() -> None:
