@@ -6,6 +6,7 @@ import math
 import re
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from helpers import FAKE_VAL, TINY_RUN, one_line
 from test_data_integrity import fake_data_with_sums
 
 from mnist_lightning.core import evaluate, predict
-from mnist_lightning.core.resume import fingerprint
+from mnist_lightning.core.resume import fingerprint, resume_hint
 from mnist_lightning.core.train import main
 
 
@@ -430,3 +431,18 @@ def test_a_resume_reads_its_last_checkpoint_once_before_lightning_loads_it(finis
     last = run / "checkpoints" / "last.ckpt"
     paths = [str(getattr(f, "path", f)) for f in reads]
     assert paths.count(str(last)) == 2, paths
+
+
+@pytest.mark.parametrize(
+    ("program", "command"),
+    [
+        ("scripts/train.py", "python scripts/train.py"),
+        ("/venv/bin/mnist-lightning-train", "mnist-lightning-train"),  # the installed console command
+        (str(Path(evaluate.__file__).with_name("train.py")), "python -m mnist_lightning.core.train"),
+    ],
+)
+def test_the_resume_command_said_is_the_program_the_run_was_started_as(program, command, tmp_path, monkeypatch):
+    """Found by a new-user trial: a run started by the console command was told to resume with scripts/train.py,
+    which a project folder installed elsewhere does not have."""
+    monkeypatch.setattr(sys, "argv", [program, "--output_dir", str(tmp_path)])
+    assert resume_hint(tmp_path) == f"{command} --output_dir {tmp_path.resolve()} --ckpt_path last"

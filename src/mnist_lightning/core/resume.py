@@ -30,7 +30,7 @@ RESUMABLE = RESUMABLE_TRAINER | {"quiet", "data.data_dir", "data.num_workers", "
 @cache
 def build_resume_parser() -> ArgumentParser:
     parser = ArgumentParser(
-        prog="train.py --output_dir RUN --ckpt_path last",
+        prog="train.py",
         description="Resume the run in RUN from its last.ckpt and config.yaml; only these options may change.",
         exit_on_error=False,
         allow_abbrev=False,
@@ -94,8 +94,12 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
 
 
 def resume_hint(run_dir: Path) -> str:
-    """The command that resumes this run, for a shell."""
-    script = sys.argv[0] if sys.argv and sys.argv[0].endswith("train.py") else "scripts/train.py"
-    as_module = Path(script).resolve().parent == Path(__file__).resolve().parent  # python -m <package>.core.train
-    command = ["-m", f"{__package__}.train"] if as_module else [script]
-    return shlex.join(["python", *command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
+    """The command that resumes this run, for a shell: the program this one was started as."""
+    program = sys.argv[0] if sys.argv else ""
+    if Path(program).resolve().parent == Path(__file__).resolve().parent:  # python -m <package>.core.train
+        command = ["python", "-m", f"{__package__}.train"]
+    elif program.endswith("-train"):  # the installed console command ([project.scripts])
+        command = [Path(program).name]
+    else:
+        command = ["python", program if program.endswith("train.py") else "scripts/train.py"]
+    return shlex.join([*command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
