@@ -325,3 +325,24 @@ def test_a_run_without_its_last_ckpt_says_what_its_kept_weights_can_do(fake_mnis
     (best,) = (tmp_path / "run" / "checkpoints").glob("best-*.ckpt")
     assert "its resume point, which is gone" in message and f"evaluate.py --ckpt_path {best}" in message
     assert f"train.py --ckpt_path {best})" in message
+
+
+def test_fit_seconds_count_the_fit_and_not_the_test(fake_mnist, tmp_path, monkeypatch):
+    """The test after the fit is not fit time (and loading the best checkpoint for it restores the callbacks' state
+    with an earlier epoch's count, on Lightning 2.6.0): metrics.json's fit_seconds is taken before the test."""
+    from lightning.pytorch import Trainer
+
+    from mnist_lightning.core import callbacks
+
+    clock = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])  # a clock this test moves
+    test = Trainer.test
+
+    def test_taking_an_hour(self, *args, **kwargs):
+        clock[0] += 3600.0
+        return test(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "test", test_taking_an_hour)
+    metrics = run(fake_mnist, tmp_path / "run", "--accelerator", "cpu")
+    assert metrics["fit_seconds"] == json.loads((tmp_path / "run" / "metrics.json").read_text())["fit_seconds"]
+    assert metrics["fit_seconds"] < 3600.0

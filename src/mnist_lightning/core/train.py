@@ -43,7 +43,9 @@ def train(
         limits = "The run took no training step: its --max_time (which counts earlier segments) or limits left none"
         cause = limits if trainer.num_training_batches else empty
         raise UserError(f"{cause}, so there is no trained model to test: give it more.")
-    rows = list(history.rows)  # before testing: loading a checkpoint restores callbacks too
+    # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
+    # earlier segments are in its checkpoints) and its epochs.
+    fit_seconds, rows = history.fit_seconds(), list(history.rows)
     best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
     best_path = (best and best.best_model_path) or None
     try:
@@ -64,7 +66,7 @@ def train(
         test=results[0] if results else {},  # none with --limit_test_batches 0
         epochs=trainer.current_epoch,
         history=rows,
-        fit_seconds=history.fit_seconds(),  # the whole run's: a resumed run's earlier segments are in its checkpoints
+        fit_seconds=fit_seconds,
         best_val_acc=None if score is None else float(score),
         best_checkpoint=best_path,
         seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # what seed_everything set
