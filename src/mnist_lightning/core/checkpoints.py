@@ -151,8 +151,8 @@ def run_checkpoints(dirpath: Path, validated: bool = True) -> list[RunCheckpoint
     """``best-epochNN-accX.ckpt`` (with validation), the best weights so far, which the run tests; and ``last.ckpt``,
     the resume point, rewritten at every epoch's end (``save_last=True`` would rewrite it only when the monitored
     metric improved). A resumed run trains its stopped epoch again, on the same batches."""
-    best = "best-epoch{epoch:02d}-acc{val/acc:.4f}"
     last = RunCheckpoint(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)
-    return [RunCheckpoint(dirpath, best, auto_insert_metric_name=False, monitor="val/acc", mode="max")] * validated + [
-        last
-    ]
+    if not validated:
+        return [last]
+    filename = "best-epoch{epoch:02d}-acc{val/acc:.4f}"
+    return [RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max"), last]

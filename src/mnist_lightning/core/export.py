@@ -16,7 +16,7 @@ from jsonargparse import ArgumentParser, Namespace
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser
 from .errors import UserError, run_main
-from .records import json_text, lock, refuse_inside_a_running_run, release, replaced
+from .records import json_text, lock, release, replaced
 
 
 def build_parser() -> ArgumentParser:
@@ -31,10 +31,9 @@ def export(config: Namespace) -> None:
     if "onnx" in config.formats and not all(importlib.util.find_spec(m) for m in ("onnx", "onnxscript")):
         raise UserError('ONNX export needs the onnx extra: pip install -e ".[onnx]" (or pass --formats pt2).')
     output_dir = Path(config.output_dir or Path(config.ckpt_path).resolve().parent / "exports")
-    refuse_inside_a_running_run(output_dir)  # not into the folder of a run that is being written
     # Made by lock, below (os.path.exists: a name too long is not there, and lock refuses it).
     made = [folder for folder in (output_dir, *output_dir.parents) if not os.path.exists(folder)]
-    lock(output_dir)  # before any work: a folder that cannot be written, or one another export is writing
+    lock(output_dir)  # before any work: a folder that cannot be written, or one (or inside one) a command is writing
     try:
         files = {output_dir / name: content for name, content in exported(config.ckpt_path, config.formats).items()}
         earlier = {path for path in files if path.exists()}

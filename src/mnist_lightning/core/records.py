@@ -217,14 +217,19 @@ class CSVLog(CSVLogger):
     def save(self) -> None:  # Lightning calls it at every logging step
         experiment = self.experiment
         path = Path(experiment.metrics_file_path)
-        size = path.stat().st_size if path.is_file() else 0
+        size = path.stat().st_size if path.is_file() else None
         # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here.
         new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
-        before = path.read_bytes() if size and new_column else b""
+        before = path.read_bytes() if size and new_column else None
         try:
             super().save()
         except OSError as error:
             experiment.metrics.clear()
             with suppress(OSError):
-                path.write_bytes(before) if before else os.truncate(path, size)
+                if size is None:  # it was not there
+                    path.unlink()
+                elif before is not None:
+                    path.write_bytes(before)
+                else:
+                    os.truncate(path, size)
             raise WriteError(path, error) from error
