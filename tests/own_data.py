@@ -190,6 +190,7 @@ class Mislabelled(Points):
         faulty = {
             "wide": (torch.cat([samples, samples], dim=1), labels),
             "float": (samples, labels.float()),
+            "unlabelled": (samples, labels.float().where(torch.arange(len(labels)) % 5 > 0, torch.nan)),  # NaN labels
             "high": (samples, labels + 1),
             "negative": (samples, labels - 1),
             "nan": (samples.where(torch.arange(len(samples))[:, None] % 7 > 0, torch.nan), labels),

@@ -480,6 +480,7 @@ def test_a_data_module_without_a_test_set_trains_with_limit_test_batches_0(tmp_p
     [
         ("wide", "train", "train_dataloader() holds samples of torch.float32 and shape (32, 4),"),
         ("float", "train", "labels of torch.float32 and shape (32,)"),
+        ("unlabelled", "train", "labels of torch.float32 and shape (32,),"),  # NaN: no range to say
         ("high", "train", "labels of torch.int64 and shape (32,) from 1 to 3"),
         (
             "negative",

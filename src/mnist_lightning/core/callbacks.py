@@ -38,10 +38,12 @@ class BatchCheck(Callback):
             x, y = batch
             finite = bool(x.isfinite().all())
             got = f"samples of {x.dtype} and shape {tuple(x.shape)}{'' if finite else ' with NaN or inf'}, labels of "
-            got += f"{y.dtype} and shape {tuple(y.shape)} from {int(y.min())} to {int(y.max())}"
+            ranged = y.numel() and not y.is_floating_point()  # (an empty batch has no range, NaN no whole number)
+            got += f"{y.dtype} and shape {tuple(y.shape)}"
+            got += f" from {int(y.min())} to {int(y.max())}" if ranged else ""
             ok = finite and x.shape[1:] == shape and x.is_floating_point() and x.dtype == (dtype or x.dtype)
             ok = ok and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1]
-            ok = ok and 0 <= y.min() and y.max() < classes
+            ok = ok and (not ranged or (0 <= y.min() and y.max() < classes))
         if not ok:
             name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader"
             kind = str(dtype).removeprefix("torch.") if dtype else "floating-point"
