@@ -43,8 +43,9 @@ def main() -> int:
     start = time.perf_counter()
     from lightning.pytorch import Callback
 
+    import mnist_lightning.core.plots as plots  # only with_plots
     import mnist_lightning.core.train as train_module
-    from mnist_lightning.core import checkpoints, plots
+    from mnist_lightning.core import checkpoints
     from mnist_lightning.datamodule import MNISTDataModule
 
     SECONDS["imports"] = time.perf_counter() - start
@@ -68,7 +69,7 @@ def main() -> int:
     MNISTDataModule.prepare_data = timed("data check", MNISTDataModule.prepare_data)
     io = checkpoints.AtomicCheckpointIO
     io.save_checkpoint = timed("checkpoint writes", io.save_checkpoint)
-    plots.save_plots = timed("plots", plots.save_plots)
+    plots.save_plots = timed("plots", plots.save_plots)  # only with_plots
     train_module.parse_args = timed("parse", train_module.parse_args)
     build_training = timed("build", train_module.build_training)
 

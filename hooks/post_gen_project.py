@@ -29,6 +29,10 @@ OPTIONAL_PATHS = {
         "tests/test_predict_photos.py",
         "benchmarks/predict.py",
     ],
+    "with_plots": [
+        "src/{package}/core/plots.py",
+        "tests/test_plots.py",
+    ],
     "with_benchmarks": [
         "benchmarks/",
     ],

@@ -30,8 +30,8 @@ ONLY_SOME_RUNS = {
     "onnx": "export.py --formats onnx",
     "onnxscript": "export.py --formats onnx",
     "onnxruntime": "checking an ONNX export",
-    "matplotlib": PLOTS,
-    "mnist_lightning.core.plots": PLOTS,
+    "matplotlib": PLOTS,  # only with_plots
+    "mnist_lightning.core.plots": PLOTS,  # only with_plots
 }
 # Runs the entry points in one process, one after another, and records sys.modules after each.
 RUNNER = """

@@ -48,6 +48,7 @@ README_SECTIONS = {
     "with_ladder": ("## The ladder", "train_pytorch.py", "train_fabric.py", "train_trainer.py", "compare.py"),
     "with_digit_photos": ("## Pictures of digits", "preprocessing.json", "preprocessing.py"),
     "with_benchmarks": ("## Benchmarks", "benchmarks/"),
+    "with_plots": ("## Plots", "curves.png", ".[plots]"),
 }
 README_ALWAYS = ("## Install", "## Train", "## Test", "## Evaluate, predict, export", "## Your network")
 README_ALWAYS += ("## Your data", "## Layout", "make train", "make test", "--net ", "--data ")
@@ -243,6 +244,7 @@ def test_the_options_are_yes_no_questions_with_their_defaults():
         "with_benchmarks": False,
         "with_digit_photos": True,
         "with_ladder": True,
+        "with_plots": True,
     }
     assert all(DEFAULTS["__prompts__"].get(name) for name in OPTIONS)
     assert set(OPTIONAL_PATHS) == set(OPTIONS) == pre_prompt.OPTIONS

@@ -18,7 +18,7 @@ import pytest
 import torch
 from helpers import TINY_RUN, one_line
 
-from mnist_lightning.core import export, plots
+from mnist_lightning.core import export
 from mnist_lightning.core.train import main
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
@@ -107,33 +107,6 @@ def test_a_full_disk_while_lightning_writes_the_csv_log(fake_mnist, tmp_path, ca
     assert main([*resume_command(message), "--max_epochs", "3"]) == 1
     again = one_line(capsys.readouterr().err)
     assert "last.ckpt holds the epochs finished before. Resume with" in again and "complete" not in again, again
-
-
-def test_a_full_disk_while_the_plots_are_drawn(fake_mnist, tmp_path, capsys, monkeypatch):
-    """metrics.json is written first: the run is complete, and the message says how to draw the plots later."""
-    matplotlib = pytest.importorskip("matplotlib")
-    real_savefig = matplotlib.figure.Figure.savefig
-
-    def savefig(figure, file, *args, **kwargs):
-        file.write(b"half a picture")
-        raise FULL
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
-    run = tmp_path / "run"
-    assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(run)]) == 1
-    captured = capsys.readouterr()
-    message = one_line(captured.err)
-    assert f"{run / 'curves.png'} could not be written: the disk is full" in message and "Traceback" not in message
-    assert "Test accuracy" in captured.out  # the results, said before the plots
-    assert f"The run is complete, its results are in {run / 'metrics.json'}" in message, message
-    assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
-    assert (run / "checkpoints" / "last.ckpt").is_file() and not [*run.glob("*.png"), *run.glob(".*partial")]
-    command = message.split("To draw its plots later: python -m mnist_lightning.core.plots ")[1].split()
-    assert plots.main(command) == 1  # the disk still full: a message again
-    assert "could not be written: the disk is full" in one_line(capsys.readouterr().err)
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", real_savefig)
-    assert plots.main(command) == 0
-    assert (run / "curves.png").is_file() and (run / "confusion_matrix.png").is_file()
 
 
 def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
