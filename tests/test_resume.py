@@ -111,7 +111,7 @@ def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(data, 
     for path in (run / "checkpoints").iterdir():
         path.unlink()
     assert resume(run) == 0  # the README's resume command starts it over from its record
-    assert "holds no checkpoint" in one_line(capsys.readouterr().err)
+    assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "metrics.json").is_file()
     shutil.rmtree(run / "checkpoints")
     (run / "metrics.json").unlink()
     for path in run.glob("*.png"):
