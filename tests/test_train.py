@@ -27,7 +27,7 @@ def run(data_dir, output_dir, *flags) -> dict:
     training = build_training(
         parse_args(["--data.data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, *flags])
     )
-    return train(training.trainer, training.model, training.datamodule, training.ckpt_path)
+    return train(training)
 
 
 def test_train_fits_tests_and_writes_metrics(fake_mnist, tmp_path):

@@ -157,12 +157,10 @@ def build_training(config: Namespace) -> Training:
         record_classes(model, datamodule, config)
 
         callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text)), StopTogether()]
-        if built.max_time is not None:
-            callbacks.append(EpochTimer(built.max_time, interval="epoch"))
-        if built.enable_checkpointing is not False:
-            # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
-            validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
-            callbacks += checkpoints.run_checkpoints(last.parent, validated)
+        callbacks += [EpochTimer(built.max_time, interval="epoch")] * (built.max_time is not None)
+        # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
+        validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
+        callbacks += checkpoints.run_checkpoints(last.parent, validated) * (built.enable_checkpointing is not False)
         if built.quiet:  # Lightning's banners ("GPU available: ...") are INFO records
             built.enable_progress_bar = built.enable_model_summary = False
             for name in ("lightning.pytorch", "lightning.fabric"):
@@ -219,9 +217,7 @@ def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
         if last.is_file():
             epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
             refuse_finished_run(run_dir, epochs, config.max_epochs)
-        elif not records.clear_unstarted_run(
-            run_dir
-        ):  # else killed (kill -9) before its first checkpoint: started over
+        elif not records.clear_unstarted_run(run_dir):  # else killed (kill -9) before its first checkpoint: restarted
             raise UserError(
                 f"{last} is gone: test or fine-tune its run's other checkpoints (evaluate.py, train.py --ckpt_path)."
             )

@@ -10,14 +10,12 @@ from .errors import UserError
 def why_no_cuda() -> str:
     if torch.version.cuda is None:
         return f"this PyTorch ({torch.__version__}) is a CPU-only build"
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
-        return "CUDA_VISIBLE_DEVICES hides every GPU from this process"
-    return f"this PyTorch (CUDA {torch.version.cuda}) finds no NVIDIA GPU, or its driver is missing or too old"
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1")
+    return "CUDA_VISIBLE_DEVICES hides every GPU" if hidden else "no NVIDIA GPU is found, or its driver is too old"
 
 
 def check_gpu(accelerator: object) -> None:
-    """Lightning says only "No supported gpu backend found!": the reason is what a user needs."""
-    accelerator = str(accelerator).lower()
+    """Lightning says only "No supported gpu backend found!": the reason is what a user needs. (It refuses "GPU".)"""
     usable = torch.cuda.is_available() or (accelerator == "gpu" and torch.backends.mps.is_available())
     if accelerator in ("gpu", "cuda") and not usable:
         raise UserError(

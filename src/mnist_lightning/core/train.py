@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import Timer
-from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .callbacks import EpochHistory, StopTogether
@@ -23,10 +21,9 @@ from .resume import resume_hint
 from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
-def train(
-    trainer: Trainer, model: LightningModule, datamodule: LightningDataModule, ckpt_path: str | None = None
-) -> dict[str, Any]:
-    """Fit (resuming from ``ckpt_path`` if given), test the best checkpoint; the metrics, also in metrics.json."""
+def train(job: Training) -> dict[str, Any]:
+    """Fit (resuming from ``job.ckpt_path`` if given), test the best checkpoint; the metrics, also in metrics.json."""
+    trainer, model, datamodule, ckpt_path = job
     run_dir = Path(trainer.default_root_dir)
     history = next(c for c in trainer.callbacks if isinstance(c, EpochHistory))
     with lightning_notes_ignored():
@@ -35,9 +32,9 @@ def train(
     # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
     if next(c for c in trainer.callbacks if isinstance(c, StopTogether)).any_received(trainer):
         raise SIGTERMException
-    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
-    out_of_time = timer and timer.time_remaining() <= 0 and trainer.global_step == history.first_step  # resumed
-    if trainer.global_step == 0 or out_of_time:
+    spent = any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)  # --max_time
+    # No step taken: by a new run, or by a resumed one out of time (not one resumed only to be tested).
+    if trainer.global_step == history.first_step and (not trainer.global_step or spent):
         empty = f"The data module {type(datamodule).__name__} gave no training batch (its train_dataloader() is empty)"
         limits = "The run took no training step: its --max_time (which counts earlier segments) or limits left none"
         cause = limits if trainer.num_training_batches else empty
@@ -51,7 +48,7 @@ def train(
         with lightning_notes_ignored():
             results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, weights_only=True)
         check_tested(trainer)
-    except (UserError, MisconfigurationException) as error:  # the test data or a test setting: the fit is kept
+    except (UserError, *USER_ERRORS) as error:  # the test data or a test setting: the fit is kept
         if (last := run_dir / "checkpoints" / "last.ckpt").is_file():
             error.args = (
                 f"{error} {last} keeps the trained epochs: once that is fixed, `{resume_hint(run_dir)}` tests it.",
@@ -82,32 +79,28 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> None:
         nonlocal job
+        job = build_training(parse_args(argv))
+        if job.trainer.world_size > 1:  # until the processes have joined: see StopTogether
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
-            job = build_training(parse_args(argv))
-            if job.trainer.world_size > 1:  # until the processes have joined: see StopTogether
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-            try:
-                train(*job)
-            except BaseException:  # a new run that fails before its resume point or results leaves no folder behind
-                if not job.ckpt_path and job.trainer.is_global_zero:
-                    discard_new_run(Path(job.trainer.default_root_dir))
-                raise
-        except SystemExit as stop:  # how Lightning ends a Trainer call stopped by SIGTERM, or by Ctrl-C (exit 1)
-            if isinstance(stop, SIGTERMException):
-                raise SystemExit(TERMINATED) from stop
-            if stop.code == TERMINATED and job and job.trainer.strategy.launcher:
-                # Stopped at once, outside the fit: the processes Lightning started for DDP would wait for this one.
-                job.trainer.strategy.launcher.kill(signal.SIGTERM)
-            if stop.code != TERMINATED and job and job.trainer.interrupted:
-                raise KeyboardInterrupt from stop
+            train(job)
+        except BaseException as error:
+            if not job.ckpt_path and job.trainer.is_global_zero:  # a new run that fails leaves no half-made folder
+                discard_new_run(Path(job.trainer.default_root_dir))
+            if isinstance(error, SIGTERMException):  # how Lightning stops a fit on SIGTERM: a SystemExit, status 0
+                raise SystemExit(TERMINATED) from error
+            code = error.code if isinstance(error, SystemExit) else None
+            if code == TERMINATED and job.trainer.strategy.launcher:  # stopped at once, by train.py's SIGTERM handler:
+                job.trainer.strategy.launcher.kill(signal.SIGTERM)  # the processes Lightning started would wait
+            if code == 1 and job.trainer.interrupted:  # how Lightning ends a Trainer call stopped by Ctrl-C
+                raise KeyboardInterrupt from error
             raise
 
     def stops_itself() -> bool:  # on SIGTERM: a fit stops after a batch, every process after the same one
         state = job.trainer.state if job else None
-        if state and state.fn == TrainerFn.FITTING and state.status == TrainerStatus.RUNNING:
+        if fitting := bool(state and state.fn == TrainerFn.FITTING and not state.stopped):
             next(c for c in job.trainer.callbacks if isinstance(c, StopTogether)).received = True
-            return True
-        return False
+        return fitting
 
     return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job), exiting=argv is None)
 
