@@ -26,13 +26,11 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from . import checkpoints, checks, records
+from . import checkpoints, checks, devices, records, workarounds
 from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
 from .classes import DATA_MODULE, MODEL, model_class
-from .devices import check_gpu
 from .errors import UserError
 from .resume import fingerprint, refuse_finished_run, resumed_record
-from .workarounds import lightning_notes_ignored
 
 # Lightning's error for a setting that cannot work, raised by Lightning or by a data module: printed as a paragraph.
 USER_ERRORS = (MisconfigurationException,)
@@ -61,7 +59,6 @@ class Options:
             (int) is that many batches, a number with a point (float) a fraction of them, as in Lightning; per device.
         limit_val_batches: Validation batches per check (default: all).
         limit_test_batches: Test batches (default: all).
-        limit_predict_batches: Prediction batches (default: all).
         overfit_batches: Training batches to overfit, the same for validation (default: none).
     """
 
@@ -78,7 +75,6 @@ class Options:
     limit_train_batches: int | float | None = None
     limit_val_batches: int | float | None = None
     limit_test_batches: int | float | None = None
-    limit_predict_batches: int | float | None = None
     overfit_batches: int | float = 0.0
 
 
@@ -129,7 +125,7 @@ Training = namedtuple("Training", "trainer model datamodule ckpt_path")  # what 
 def build_training(config: Namespace) -> Training:
     """The data, the model, the callbacks, the logger and the Trainer, and the run recorded: each mistake found before
     Lightning's banners print; a new run that fails here leaves no folder behind."""
-    check_gpu(config.accelerator)
+    devices.check_gpu(config.accelerator)
     checks.check_launched(config.num_nodes)
     weights = config.ckpt_path  # a resumed run's own start is in its record, read before a restart clears it
     if weights == "last":
@@ -177,7 +173,7 @@ def build_training(config: Namespace) -> Training:
         plugins = as_list(built.plugins)  # a CheckpointIO of the user's own replaces the atomic one
         plugins += [checkpoints.AtomicCheckpointIO()] * (not any(isinstance(p, CheckpointIO) for p in plugins))
         settings = {"callbacks": callbacks, "logger": logger, "plugins": plugins, "max_time": None}  # EpochTimer
-        with lightning_notes_ignored():
+        with workarounds.lightning_notes_ignored():
             trainer = Trainer(**arguments_of(Trainer, built) | settings, default_root_dir=run_dir)
         if trainer.is_global_zero:
             with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all

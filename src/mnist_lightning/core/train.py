@@ -12,12 +12,11 @@ from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from . import checks, resume
 from .callbacks import EpochHistory, StopTogether
-from .checks import check_tested
 from .cli import USER_ERRORS, Training, build_training, parse_args
 from .errors import TERMINATED, UserError, run_main
 from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
-from .resume import resume_hint
 from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
@@ -47,12 +46,11 @@ def train(job: Training) -> dict[str, Any]:
     try:
         with lightning_notes_ignored():
             results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, weights_only=True)
-        check_tested(trainer)
+        checks.check_tested(trainer)
     except (UserError, *USER_ERRORS) as error:  # the test data or a test setting: the fit is kept
         if (last := run_dir / "checkpoints" / "last.ckpt").is_file():
-            error.args = (
-                f"{error} {last} keeps the trained epochs: once that is fixed, `{resume_hint(run_dir)}` tests it.",
-            )
+            kept = f"{last} keeps the trained epochs: once that is fixed, `{resume.resume_hint(run_dir)}` tests it."
+            error.args = (f"{error} {kept}",)
         raise
     score = best.best_model_score if best else None
     test = results[0] if results else {}  # none with --limit_test_batches 0
@@ -116,7 +114,7 @@ def where_the_run_stands(job: Training | None) -> str:
         plots = f"python -m mnist_lightning.core.plots {run_dir}"
         return f"the run is complete, its results are in {results}. To draw its plots later: {plots}"
     if (last := run_dir.resolve() / "checkpoints" / "last.ckpt").is_file():  # as the resume command names it
-        return f"{last} holds the epochs finished before. Resume with:\n  {resume_hint(run_dir)}"
+        return f"{last} holds the epochs finished before. Resume with:\n  {resume.resume_hint(run_dir)}"
     return "there is nothing to resume yet. Run the same command again."
 
 
