@@ -29,7 +29,8 @@ def train(job: Training) -> dict[str, Any]:
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
-    if next(c for c in trainer.callbacks if isinstance(c, StopTogether)).any_received(trainer):
+    together = next(c for c in trainer.callbacks if isinstance(c, StopTogether))
+    if together.any_received(trainer) or trainer.received_sigterm:  # (Lightning's own note: in a caller's handler)
         raise SIGTERMException
     spent = any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)  # --max_time
     # No step taken: by a new run, or by a resumed one out of time (not one resumed only to be tested).
