@@ -110,4 +110,4 @@ def train_run(*flags: str) -> dict:
     from mnist_lightning.core.train import train
 
     training = build_training(parse_args(list(flags)))
-    return train(training.trainer, training.model, training.datamodule, training.ckpt_path)
+    return train(training)

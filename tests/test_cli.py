@@ -94,7 +94,7 @@ def test_callbacks_by_class_path_are_built_and_the_learning_rate_is_logged(fake_
     training = build_training(parse_args([*flags, "--callbacks.mode=max"]))
     kinds = {type(callback) for callback in training.trainer.callbacks}
     assert {EarlyStopping, LearningRateMonitor} <= kinds
-    train(training.trainer, training.model, training.datamodule)
+    train(training)
     header = (tmp_path / "run" / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "lr-Adam" in header and "train/loss" in header
 

@@ -10,6 +10,6 @@ pytestmark = pytest.mark.real_data
 
 def test_defaults_reach_92_percent(real_mnist, tmp_path):
     training = build_training(parse_args(["--data.data_dir", str(real_mnist), "--output_dir", str(tmp_path / "run")]))
-    metrics = train(training.trainer, training.model, training.datamodule)
+    metrics = train(training)
     assert metrics["test/acc"] >= 0.92
     assert len(metrics["history"]) == 12

@@ -111,7 +111,7 @@ def test_a_run_killed_before_its_first_checkpoint_can_be_rerun_or_resumed(data, 
     for path in (run / "checkpoints").iterdir():
         path.unlink()
     assert resume(run) == 0  # the README's resume command starts it over from its record
-    assert "holds no checkpoint" in one_line(capsys.readouterr().err)
+    assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "metrics.json").is_file()
     shutil.rmtree(run / "checkpoints")
     (run / "metrics.json").unlink()
     for path in run.glob("*.png"):
@@ -165,7 +165,8 @@ def test_a_resume_after_the_networks_code_changed_is_refused_and_the_run_left_as
 def test_a_folder_with_results_is_not_cleared(finished, capsys):
     assert main(["--output_dir", str(finished), "--max_epochs", "1"]) == 2
     message = one_line(capsys.readouterr().err)
-    assert "already holds files" in message and "--ckpt_path last" in message
+    assert "already holds files" in message and "Pass a new --output_dir" in message
+    assert (finished / "metrics.json").is_file() and (finished / "checkpoints" / "last.ckpt").is_file()
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import sys
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,13 +26,11 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from . import checkpoints, checks, records
+from . import checkpoints, checks, devices, records, workarounds
 from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
 from .classes import DATA_MODULE, MODEL, model_class
-from .devices import check_gpu
 from .errors import UserError
 from .resume import fingerprint, refuse_finished_run, resumed_record
-from .workarounds import lightning_notes_ignored
 
 # Lightning's error for a setting that cannot work, raised by Lightning or by a data module: printed as a paragraph.
 USER_ERRORS = (MisconfigurationException,)
@@ -60,7 +59,6 @@ class Options:
             (int) is that many batches, a number with a point (float) a fraction of them, as in Lightning; per device.
         limit_val_batches: Validation batches per check (default: all).
         limit_test_batches: Test batches (default: all).
-        limit_predict_batches: Prediction batches (default: all).
         overfit_batches: Training batches to overfit, the same for validation (default: none).
     """
 
@@ -77,7 +75,6 @@ class Options:
     limit_train_batches: int | float | None = None
     limit_val_batches: int | float | None = None
     limit_test_batches: int | float | None = None
-    limit_predict_batches: int | float | None = None
     overfit_batches: int | float = 0.0
 
 
@@ -95,7 +92,7 @@ def build_parser() -> ArgumentParser:
     parser = Parser(prog="train.py", description="Train a network, then test its best checkpoint.", exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
     parser.add_class_arguments(Options, None, instantiate=False)
-    # The data's sizes are the data module's to give, not options (build_model_and_data).
+    # The data's sizes are the data module's to give, not options (build_training).
     parser.add_class_arguments(model_class(), None, instantiate=False, skip={"input_shape", "num_classes"})
     what = "Any LightningDataModule by class path, its arguments as --data.NAME (listed by --data.help CLASS_PATH)."
     parser.add_subclass_arguments(LightningDataModule, "data", as_group=False, help=what)
@@ -110,10 +107,7 @@ def build_parser() -> ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> Namespace:
     """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # --print_config is answered here, after the values are checked: jsonargparse would print unchecked ones.
-    print_config = [arg for arg in argv if arg.split("=")[0] == "--print_config"]
-    argv = [arg for arg in argv if arg not in print_config]
-    if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:
+    if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:  # jsonargparse would drop it for the linked one
         raise UserError(checks.batch_size_refused("--data.batch_size"))
     # A typed --ckpt_path last resumes from the run's record, with only the flags resume.py's own parser takes.
     given = [a.partition("=")[2] or v for a, v in itertools.pairwise([*argv, ""]) if a.startswith("--ckpt_path")]
@@ -122,39 +116,30 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     if config.ckpt_path == "last" and not resuming:
         raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
     checks.check_schedule(config)
-    if print_config:
-        build_model_and_data(config)  # the model's and the data module's own checks
-        print(build_parser().dump(config, skip_none="skip_null" in str(print_config), skip_validation=True), end="")
-        raise SystemExit(0)
     return config
 
 
-@dataclass
-class Training:
-    """What :func:`mnist_lightning.core.train.train` takes."""
-
-    trainer: Trainer
-    model: LightningModule
-    datamodule: LightningDataModule
-    ckpt_path: str | None
-    run_dir: Path
-    resuming: bool
+Training = namedtuple("Training", "trainer model datamodule ckpt_path")  # what train.train takes
 
 
 def build_training(config: Namespace) -> Training:
     """The data, the model, the callbacks, the logger and the Trainer, and the run recorded: each mistake found before
     Lightning's banners print; a new run that fails here leaves no folder behind."""
-    check_gpu(config.accelerator)
+    devices.check_gpu(config.accelerator)
     checks.check_launched(config.num_nodes)
-    if weights := start_weights(config):
-        checkpoints.read_checkpoint(weights)  # refuses a missing, damaged or foreign file before anything starts
+    weights = config.ckpt_path  # a resumed run's own start is in its record, read before a restart clears it
+    if weights == "last":
+        weights = yaml.safe_load((Path(config.output_dir) / records.RUN_RECORD).read_text()).get("ckpt_path")
     run_dir, resuming = choose_run_dir(config)
     last = run_dir / "checkpoints" / "last.ckpt"
     try:
         # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
-        built, model, datamodule = build_model_and_data(config)
+        built = build_parser().instantiate_classes(config)
+        sizes, datamodule = checks.data_sizes(built.data), built.data  # the model is built for the data's sizes
+        model = model_class()(**arguments_of(model_class(), built), **sizes)
+        checks.check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
         checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
         if weights or resuming:  # a new run from these weights has its own optimizer and schedule
             checkpoints.load_weights(model, last if resuming else weights)  # resuming: Lightning loads them again
@@ -167,13 +152,11 @@ def build_training(config: Namespace) -> Training:
         record_text = build_parser().dump(record, skip_none=False)
         record_classes(model, datamodule, config)
 
-        callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text))]
-        if built.max_time is not None:
-            callbacks.append(EpochTimer(built.max_time, interval="epoch"))
-        if built.enable_checkpointing is not False:
-            # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
-            validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
-            callbacks += checkpoints.run_checkpoints(last.parent, validated)
+        callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text)), StopTogether()]
+        callbacks += [EpochTimer(built.max_time, interval="epoch")] * (built.max_time is not None)
+        # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
+        validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
+        callbacks += checkpoints.run_checkpoints(last.parent, validated) * (built.enable_checkpointing is not False)
         if built.quiet:  # Lightning's banners ("GPU available: ...") are INFO records
             built.enable_progress_bar = built.enable_model_summary = False
             for name in ("lightning.pytorch", "lightning.fabric"):
@@ -190,11 +173,8 @@ def build_training(config: Namespace) -> Training:
         plugins = as_list(built.plugins)  # a CheckpointIO of the user's own replaces the atomic one
         plugins += [checkpoints.AtomicCheckpointIO()] * (not any(isinstance(p, CheckpointIO) for p in plugins))
         settings = {"callbacks": callbacks, "logger": logger, "plugins": plugins, "max_time": None}  # EpochTimer
-        with lightning_notes_ignored():
+        with workarounds.lightning_notes_ignored():
             trainer = Trainer(**arguments_of(Trainer, built) | settings, default_root_dir=run_dir)
-        if trainer.world_size > 1:  # only where there are processes to agree: Lightning calls every callback each step
-            trainer.callbacks.append(StopTogether())
-
         if trainer.is_global_zero:
             with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all
                 file.write(record_text.encode())
@@ -202,24 +182,7 @@ def build_training(config: Namespace) -> Training:
         if not resuming and rank_zero_only.rank == 0:
             records.discard_new_run(run_dir)
         raise
-    return Training(trainer, model, datamodule, str(last) if resuming else None, run_dir, resuming)
-
-
-def build_model_and_data(config: Namespace) -> tuple[Namespace, LightningModule, LightningDataModule]:
-    """``config`` with its classes built, and the model built for the data module's sizes."""
-    built = build_parser().instantiate_classes(config)
-    sizes = checks.data_sizes(built.data)
-    model = model_class()(**arguments_of(model_class(), built), **sizes)
-    checks.check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
-    return built, model, built.data
-
-
-def start_weights(config: Namespace) -> str | None:
-    """``--ckpt_path <file>``, or for a resumed run the one in its record (if it started from one)."""
-    if config.ckpt_path != "last":
-        return config.ckpt_path
-    record = Path(config.output_dir or "") / records.RUN_RECORD
-    return (yaml.safe_load(record.read_text()) or {}).get("ckpt_path") if record.is_file() else None
+    return Training(trainer, model, datamodule, str(last) if resuming else None)
 
 
 def arguments_of(cls: type, config: Namespace | dict) -> dict[str, Any]:
@@ -240,37 +203,24 @@ def record_classes(model: LightningModule, datamodule: LightningDataModule, conf
 
 def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
     """This run's folder and whether it resumes a run there: rank 0 decides, the DDP ranks inherit it."""
-    resuming, run_dir = config.ckpt_path == "last", Path(config.output_dir or "")
-    if rank_zero_only.rank > 0:  # a DDP rank: rank 0 has already chosen (and passed it on) or was told
+    if rank_zero_only.rank > 0:  # rank 0 has chosen (and passed it on), or torchrun gave every process the folder
         if not (shared := config.output_dir or os.environ.get(RUN_DIR_VARIABLE)):
             raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
-        # Given rank 0's command: a --ckpt_path last that rank 0 turned into a new start (no checkpoint) is one here.
-        return Path(shared), resuming and (Path(shared) / "checkpoints" / "last.ckpt").is_file()
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if resuming:
+        run_dir = Path(shared)
+    elif config.ckpt_path == "last":
+        run_dir, last = Path(config.output_dir), Path(config.output_dir, "checkpoints", "last.ckpt")
         records.lock(run_dir)  # one run at a time in a folder
-        if not last.is_file() and records.clear_unstarted_run(run_dir):
-            # Killed (kill -9, power loss) before its first checkpoint: nothing to resume, so it starts over.
-            print(f"{run_dir} holds no checkpoint: starting its run over, with its record.", file=sys.stderr)
-            resuming = False
-        elif not last.is_file() and (kept := sorted(last.parent.glob("*.ckpt"))):
-            raise UserError(
-                f"--ckpt_path last resumes from {last}, its resume point, which is gone. Its kept weights can be "
-                f"tested (scripts/evaluate.py --ckpt_path {kept[0]}) or trained further as a new run "
-                f"(scripts/train.py --ckpt_path {kept[0]})."
-            )
-        else:
+        if last.is_file():
             epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
             refuse_finished_run(run_dir, epochs, config.max_epochs)
+        elif not records.clear_unstarted_run(run_dir):  # else killed (kill -9) before its first checkpoint: restarted
+            raise UserError(
+                f"{last} is gone: test or fine-tune its run's other checkpoints (evaluate.py, train.py --ckpt_path)."
+            )
     else:
-        try:
-            run_dir = records.new_run_dir(config.output_dir)
-        except records.OutputDirError as error:
-            if os.path.isfile(last) and not isinstance(error, records.FolderInUse):  # isfile: False for a long name
-                raise records.OutputDirError(f"{error} To continue the run there, add --ckpt_path last.") from error
-            raise
+        run_dir = records.new_run_dir(config.output_dir)
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
-    return run_dir, resuming
+    return run_dir, config.ckpt_path == "last" and (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
 def as_list(value: Any) -> list:
