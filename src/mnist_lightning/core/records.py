@@ -76,11 +76,13 @@ def lock(folder: Path) -> None:
     try:  # said before anything is made; the records hold the path as text
         if len(path) > room or max(map(len, path.split(b"/"))) > longest or str(key) != path.decode(errors="replace"):
             raise ValueError(f"its path must be UTF-8 text of at most {room} bytes, with names of at most {longest}")
-        for parent in [key, *key.parents]:  # one this process holds is free to it (and flock would refuse it twice)
+        # A lock is tried with a second's patience: other commands starting look at it too, holding it an instant.
+        for parent in key.parents:  # one this process holds is free to it (and flock would refuse it twice)
             if parent not in _held and (parent / LOCK_FILE).is_file():
-                FileLock(parent / LOCK_FILE).acquire(timeout=0).lock.release()
+                with suppress(PermissionError):  # another user's, or another program's: not this template's run
+                    FileLock(parent / LOCK_FILE).acquire(timeout=1).lock.release()
         folder.mkdir(parents=True, exist_ok=True)
-        (held := FileLock(folder / LOCK_FILE)).acquire(timeout=0)
+        (held := FileLock(folder / LOCK_FILE)).acquire(timeout=1)
         # The command line as text, whatever bytes its arguments hold (a file name that is not UTF-8, say).
         (folder / LOCK_FILE).write_text(f"process {os.getpid()}: {shlex.join(sys.argv)}\n", errors="backslashreplace")
     except Timeout as error:  # the lock file names its holder
