@@ -123,12 +123,10 @@ class RunCheckpoint(ModelCheckpoint):
     best one, pointing at the old place."""
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        def moved(path: str) -> str:
-            return path and os.path.join(self.dirpath, os.path.relpath(path, state_dict["dirpath"]))
-
-        paths = {key: moved(state_dict[key]) for key in ("best_model_path", "kth_best_model_path", "last_model_path")}
-        paths["best_k_models"] = {moved(path): score for path, score in state_dict["best_k_models"].items()}
-        super().load_state_dict(state_dict | paths | {"dirpath": self.dirpath})
+        old, new = state_dict["dirpath"], self.dirpath  # the run folder's own files: their paths start with it
+        moved = {k: v.replace(old, new, 1) if isinstance(v, str) else v for k, v in state_dict.items()}
+        moved["best_k_models"] = {p.replace(old, new, 1): score for p, score in state_dict["best_k_models"].items()}
+        super().load_state_dict(moved)
 
 
 def run_checkpoints(dirpath: Path, validated: bool = True) -> list[RunCheckpoint]:
