@@ -23,10 +23,6 @@ from .records import replaced
 RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")
 
 
-class CheckpointError(UserError):
-    """A checkpoint file is missing, damaged or not one of this project's; the message says which."""
-
-
 class Checkpoint(NamedTuple):
     model: LightningModule
     datamodule: LightningDataModule
@@ -42,10 +38,10 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
         problem = f"{path} was trained with settings or classes that cannot be built here ({error})"
-        raise CheckpointError(f"{problem}. Make its --net and --data importable (PYTHONPATH).") from error
+        raise UserError(f"{problem}. Make its --net and --data importable (PYTHONPATH).") from error
     except RuntimeError as error:  # torch: the recorded network cannot take the weights
         problem = f"{path} holds weights its recorded network cannot take ({error})"
-        raise CheckpointError(f"{problem}: the network's code has changed since, or the file was edited.") from error
+        raise UserError(f"{problem}: the network's code has changed since, or the file was edited.") from error
     finally:
         read_contents.cache_clear()
     refuse_non_finite(model, path)
@@ -65,7 +61,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         # Not torch's words for objects it refused: its advice (weights_only=False) would run the file's code.
         reason = "it holds more than tensors and plain values" if isinstance(error, pickle.UnpicklingError) else error
         problem = f"{path} is missing, damaged or not a checkpoint of scripts/train.py ({reason})"
-        raise CheckpointError(f"{problem}. Pass a .ckpt of a run (its checkpoints/last.ckpt, say).") from error
+        raise UserError(f"{problem}. Pass a .ckpt of a run (its checkpoints/last.ckpt, say).") from error
 
 
 @lru_cache(maxsize=1)  # the file last read, until its weights are loaded: a resume reads last.ckpt once
@@ -91,14 +87,14 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
             load_checkpoint(path)  # else its network's code changed, or the file was edited
         other = f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
         trained = json.dumps({key: trained.get(key) for key in ("net", "input_shape", "num_classes")}, default=str)
-        raise CheckpointError(f"{other}. Pass the --net and --data it was trained with: {trained}.") from error
+        raise UserError(f"{other}. Pass the --net and --data it was trained with: {trained}.") from error
     refuse_non_finite(model, path)
 
 
 def refuse_non_finite(model: LightningModule, path: str | Path) -> None:
     """Weights train.py never keeps (callbacks.EpochHistory stops a diverged run first): an edited or foreign file."""
     if not all(weights.isfinite().all() for weights in model.net.state_dict().values() if weights.is_floating_point()):
-        raise CheckpointError(f"{path} holds weights that are not finite (NaN or infinity): pass another checkpoint.")
+        raise UserError(f"{path} holds weights that are not finite (NaN or infinity): pass another checkpoint.")
 
 
 def completed_epochs(contents: dict[str, Any]) -> int:
