@@ -55,8 +55,7 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint's contents (tensors and plain values only: it cannot run code), or what the file is instead."""
     try:
-        stat = os.stat(path)
-        return read_contents(str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        return read_contents(str(path), os.stat(path).st_mtime_ns)  # a file rewritten since is read again
     except Exception as error:  # torch raises many types for one meaning
         # Not torch's words for objects it refused: its advice (weights_only=False) would run the file's code.
         reason = "it holds more than tensors and plain values" if isinstance(error, pickle.UnpicklingError) else error
@@ -65,7 +64,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)  # the file last read, until its weights are loaded: a resume reads last.ckpt once
-def read_contents(path: str, *version: int) -> dict[str, Any]:
+def read_contents(path: str, mtime_ns: int) -> dict[str, Any]:
     with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
         if damaged := archive.testzip():
             raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
