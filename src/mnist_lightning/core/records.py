@@ -175,12 +175,18 @@ class CSVLog(CSVLogger):
 
     @rank_zero_only
     def save(self) -> None:  # Lightning calls it at every logging step
-        path = Path(self.experiment.metrics_file_path)
-        before = path.read_bytes() if path.is_file() else None
+        experiment, path = self.experiment, Path(self.experiment.metrics_file_path)
+        size = path.stat().st_size if path.is_file() else 0  # (0: none, as Lightning writes a header first)
+        # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here.
+        new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
+        before = path.read_bytes() if size and new_column else None
         try:
             super().save()
         except OSError as error:
-            self.experiment.metrics.clear()
+            experiment.metrics.clear()
             with suppress(OSError):
-                path.write_bytes(before) if before is not None else path.unlink()
+                if before is not None:
+                    path.write_bytes(before)
+                else:
+                    os.truncate(path, size) if size else path.unlink()
             raise WriteError(path, error) from error
