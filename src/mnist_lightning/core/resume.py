@@ -81,10 +81,9 @@ def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None)
 def resume_hint(run_dir: Path) -> str:
     """The command that resumes this run, for a shell: the program this one was started as."""
     program = sys.argv[0] if sys.argv else ""
+    command = ["python", program if program.endswith("train.py") else "scripts/train.py"]
     if Path(program).resolve().parent == Path(__file__).resolve().parent:  # python -m <package>.core.train
         command = ["python", "-m", f"{__package__}.train"]
     elif program.endswith("-train"):  # the installed console command ([project.scripts])
         command = [Path(program).name]
-    else:
-        command = ["python", program if program.endswith("train.py") else "scripts/train.py"]
     return shlex.join([*command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
