@@ -43,7 +43,7 @@ def test_two_trainings_started_together_into_one_folder(flags, tmp_path):
     code, stderr = ended[loser]
     message = one_line(stderr)
     assert code == 2 and "Traceback" not in stderr, stderr
-    assert "in use by another command that has not ended" in message or "already holds files from an earlier" in message
+    assert "which has not ended" in message or "already holds files from an earlier" in message
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["seed"] == winners[0] and f"seed: {winners[0]}" in (run / "config.yaml").read_text()
 
@@ -60,7 +60,7 @@ def test_a_resume_or_a_new_run_while_the_run_trains_is_refused_and_the_run_goes_
         second = start(train_command(more, run))
         _, stderr = second.communicate(timeout=120)
         message = one_line(stderr)
-        assert second.returncode == 2 and "is in use by another command that has not ended" in message, stderr
+        assert second.returncode == 2 and "is in use by process" in message, stderr
         assert "scripts/train.py" in message and "--ckpt_path last." not in message  # the running command is named
     go.touch()
     assert first.wait(timeout=300) == 0
@@ -88,12 +88,12 @@ def test_an_output_folder_that_cannot_hold_files_is_refused(flags, checkpoint, s
     options = flags if script == "train" else ["--ckpt_path", checkpoint]
     assert main([*options, "--output_dir", "/proc/foo"]) == 2
     err = one_line(capsys.readouterr().err)
-    assert err.startswith("Error: The output folder /proc/foo cannot be written") and "Traceback" not in err
+    assert err.startswith("Error: /proc/foo cannot be written") and "Traceback" not in err
 
 
-REASON = "its path must be UTF-8 text, with names of at most 255 bytes"
+REASON = "its path must be UTF-8 text of at most 3840 bytes, with names of at most 255"
 NOT_UTF8, LONG_NAME = (b"bad\xff", REASON), (b"a" * 256, REASON)
-LONG_PATH = (b"/".join([b"c" * 200] * 20), "its path must be at most 3840 bytes long")  # 4,019 bytes, and more
+LONG_PATH = (b"/".join([b"c" * 200] * 20), REASON)  # 4,019 bytes, and more
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_an_output_folder_name_the_system_cannot_hold_is_refused(flags, checkpoi
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, errors="backslashreplace")
     message = one_line(result.stderr)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert message.startswith("Error: The output folder ") and reason in message, message
+    assert message.startswith(f"Error: {tmp_path / 'out'}/") and reason in message, message
     assert "Pass another --output_dir." in message and not (tmp_path / "out").exists()
 
 
@@ -140,7 +140,7 @@ def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkp
     run = Path(checkpoint).parent.parent
     with run_in_progress(run):
         assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
-    assert f"{run} is in use by another command that has not ended" in one_line(capsys.readouterr().err)
+    assert f"{run} is in use by " in one_line(capsys.readouterr().err)
     assert not (run / "checkpoints" / "exports" / "model.pt2").exists()
 
 
@@ -181,7 +181,7 @@ def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(c
         assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / inside)]) == 2
     assert not (run / "new").exists()
     message = one_line(capsys.readouterr().err)
-    assert f"{run} is in use by another command that has not ended" in message, message
+    assert f"{run} is in use by process " in message and "which has not ended" in message, message
     recorded = " ".join((run / ".lock").read_text().split())  # the command that holds the run, as it wrote it
     assert recorded in message and "earlier run" not in message and not (run / "checkpoints" / "config.yaml").exists()
 
@@ -193,5 +193,5 @@ def test_an_export_into_a_folder_of_another_run_that_is_writing_it_is_refused(ch
     running.mkdir()
     with run_in_progress(running):
         assert main(["--ckpt_path", checkpoint, "--output_dir", str(running / "exports"), "--formats", "pt2"]) == 2
-    assert f"{running} is in use by another command" in one_line(capsys.readouterr().err)
+    assert f"{running} is in use by another process, which has not ended" in one_line(capsys.readouterr().err)
     assert not (running / "exports").exists()

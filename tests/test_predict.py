@@ -210,14 +210,15 @@ def test_predict_stopped_just_after_writing_its_file_leaves_it_whole(
     assert len(output.read_text().splitlines()) == 1 + FAKE_TEST
 
 
-def test_what_a_predict_killed_while_writing_left_goes_with_the_next_write(fake_ckpt, tmp_path):
-    """`kill -9` during the write leaves its temporary file: the next predict.py with that --output removes it."""
+def test_what_a_predict_killed_while_writing_left_is_not_taken_for_its_output(fake_ckpt, tmp_path):
+    """`kill -9` during the write leaves only its hidden temporary file: the next predict.py writes --output whole."""
     output = tmp_path / "predictions.csv"
     killed = "import os, sys; open(sys.argv[1] % os.getpid(), 'w').write('input,st'); os.kill(os.getpid(), 9)"
     subprocess.run([sys.executable, "-c", killed, str(tmp_path / ".predictions.csv.%d.partial")])
     assert len(list(tmp_path.glob(".*.partial"))) == 1
+    assert not output.exists()
     assert main(["--ckpt_path", fake_ckpt, "--output", str(output), "--quiet", "true"]) == 0
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["predictions.csv"]
+    assert len(output.read_text().splitlines()) == 1 + FAKE_TEST
 
 
 def test_predict_takes_the_data_modules_arguments_like_evaluate(tmp_path, monkeypatch, capsys):

@@ -4,8 +4,8 @@ import io
 import json
 import os
 import pickle
-import warnings
 import zipfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,11 +21,6 @@ from .errors import UserError
 from .records import replaced
 
 RECORDED = ("state_dict", "hyper_parameters", "datamodule_hyper_parameters", "epoch", "pytorch-lightning_version")
-_read: dict[tuple, dict] = {}  # the file last read, until its weights are loaded: a resume reads last.ckpt once
-
-
-class CheckpointError(UserError):
-    """A checkpoint file is missing, damaged or not one of this project's; the message says which."""
 
 
 class Checkpoint(NamedTuple):
@@ -42,17 +37,13 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
         model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
-        raise CheckpointError(
-            f"{path} was trained with settings or classes that cannot be built here ({error}). Make its --net and "
-            "--data importable (install their package, or add their folder to PYTHONPATH)."
-        ) from error
+        problem = f"{path} was trained with settings or classes that cannot be built here ({error})"
+        raise UserError(f"{problem}. Make its --net and --data importable (PYTHONPATH).") from error
     except RuntimeError as error:  # torch: the recorded network cannot take the weights
-        raise CheckpointError(
-            f"{path} holds weights its recorded network cannot take: the network's code has changed since, or the "
-            f"file was edited. PyTorch: {error}"
-        ) from error
+        problem = f"{path} holds weights its recorded network cannot take ({error})"
+        raise UserError(f"{problem}: the network's code has changed since, or the file was edited.") from error
     finally:
-        _read.clear()
+        read_contents.cache_clear()
     refuse_non_finite(model, path)
     if data_overrides:  # refused, if at all, by jsonargparse or the data module in their own words
         datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
@@ -63,29 +54,23 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint's contents (tensors and plain values only: it cannot run code), or what the file is instead."""
-    path = Path(path)
     try:
-        stat = path.stat()
-        if contents := _read.get(key := (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)):
-            return contents
-        with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
-            if damaged := archive.testzip():
-                raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's note on pickle protocols: not the user's concern
-            contents = torch.load(path, map_location="cpu", weights_only=True)
-        if missing := [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]:
-            raise ValueError(f"it has no {', '.join(missing)}")
+        return read_contents(str(path), os.stat(path).st_mtime_ns)  # a file rewritten since is read again
     except Exception as error:  # torch raises many types for one meaning
         # Not torch's words for objects it refused: its advice (weights_only=False) would run the file's code.
-        unpickled = "it holds objects other than tensors and plain values, not loaded as that could run code"
-        raise CheckpointError(
-            f"{path} is missing, damaged or not a checkpoint of scripts/train.py "
-            f"({unpickled if isinstance(error, pickle.UnpicklingError) else error}). Pass a .ckpt of a run (its "
-            "checkpoints/last.ckpt, say), or a copy of this one from a backup."
-        ) from error
-    _read.clear()
-    _read[key] = contents
+        reason = "it holds more than tensors and plain values" if isinstance(error, pickle.UnpicklingError) else error
+        problem = f"{path} is missing, damaged or not a checkpoint of scripts/train.py ({reason})"
+        raise UserError(f"{problem}. Pass a .ckpt of a run (its checkpoints/last.ckpt, say).") from error
+
+
+@lru_cache(maxsize=1)  # the file last read, until its weights are loaded: a resume reads last.ckpt once
+def read_contents(path: str, mtime_ns: int) -> dict[str, Any]:
+    with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
+        if damaged := archive.testzip():
+            raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
+    contents = torch.load(path, map_location="cpu", weights_only=True)
+    if missing := [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]:
+        raise ValueError(f"it has no {', '.join(missing)}")
     return contents
 
 
@@ -93,28 +78,22 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
     """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress. A
     resumed run's own weights are tried here too, so a network whose code changed is named before Lightning loads."""
     contents = read_checkpoint(path)
-    _read.clear()
+    read_contents.cache_clear()
     try:
         model.load_state_dict(contents["state_dict"])
     except RuntimeError as error:  # missing, unexpected or differently shaped weights
-        if "net" in contents["hyper_parameters"]:  # one of this project's: its own record must build a taker
+        if "net" in (trained := contents["hyper_parameters"]):  # one of this project's: its record must build a taker
             load_checkpoint(path)  # else its network's code changed, or the file was edited
-        trained = {key: contents["hyper_parameters"].get(key) for key in ("net", "input_shape", "num_classes")}
-        raise CheckpointError(
-            f"{path} holds the weights of another network than this run's {type(model.net).__name__}: it was trained "
-            f"with {json.dumps(trained, default=str)}. Pass the --net and --data it was trained with (its run's "
-            "config.yaml names them)."
-        ) from error
+        other = f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
+        trained = json.dumps({key: trained.get(key) for key in ("net", "input_shape", "num_classes")}, default=str)
+        raise UserError(f"{other}. Pass the --net and --data it was trained with: {trained}.") from error
     refuse_non_finite(model, path)
 
 
 def refuse_non_finite(model: LightningModule, path: str | Path) -> None:
     """Weights train.py never keeps (callbacks.EpochHistory stops a diverged run first): an edited or foreign file."""
     if not all(weights.isfinite().all() for weights in model.net.state_dict().values() if weights.is_floating_point()):
-        raise CheckpointError(
-            f"{path} holds weights that are not finite (NaN or infinity). Pass a checkpoint of a run that did not "
-            "diverge."
-        )
+        raise UserError(f"{path} holds weights that are not finite (NaN or infinity): pass another checkpoint.")
 
 
 def completed_epochs(contents: dict[str, Any]) -> int:
@@ -139,12 +118,10 @@ class RunCheckpoint(ModelCheckpoint):
     best one, pointing at the old place."""
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        def moved(path: str) -> str:
-            return path and os.path.join(self.dirpath, os.path.relpath(path, state_dict["dirpath"]))
-
-        paths = {key: moved(state_dict[key]) for key in ("best_model_path", "kth_best_model_path", "last_model_path")}
-        paths["best_k_models"] = {moved(path): score for path, score in state_dict["best_k_models"].items()}
-        super().load_state_dict(state_dict | paths | {"dirpath": self.dirpath})
+        old, new = state_dict["dirpath"], self.dirpath  # the run folder's own files: their paths start with it
+        moved = {k: v.replace(old, new, 1) if isinstance(v, str) else v for k, v in state_dict.items()}
+        moved["best_k_models"] = {p.replace(old, new, 1): score for p, score in state_dict["best_k_models"].items()}
+        super().load_state_dict(moved)
 
 
 def run_checkpoints(dirpath: Path, validated: bool = True) -> list[RunCheckpoint]:

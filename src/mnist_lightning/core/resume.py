@@ -8,8 +8,8 @@ import inspect
 import json
 import shlex
 import sys
+from collections.abc import Iterator
 from contextlib import suppress
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,14 +27,9 @@ RESUMABLE_TRAINER |= {"enable_progress_bar", "enable_model_summary", "limit_test
 RESUMABLE = RESUMABLE_TRAINER | {"quiet", "data.data_dir", "data.num_workers", "output_dir"}
 
 
-@cache
 def build_resume_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="train.py",
-        description="Resume the run in RUN from its last.ckpt and config.yaml; only these options may change.",
-        exit_on_error=False,
-        allow_abbrev=False,
-    )
+    about = "Resume the run in --output_dir from its last.ckpt and config.yaml; only these options may change."
+    parser = ArgumentParser(prog="train.py", description=about, exit_on_error=False, allow_abbrev=False)
     parser.add_argument("--output_dir", type=str, required=True, help="The folder of the run to resume.")
     parser.add_argument("--ckpt_path", type=Literal["last"], required=True, help="last: the run's last.ckpt.")
     parser.add_argument("--quiet", type=bool | None, help="No progress bar, model summary or banners.")
@@ -52,16 +47,11 @@ def resumed_record(argv: list[str]) -> Path:
     record, last = run_dir / RUN_RECORD, run_dir / "checkpoints" / "last.ckpt"
     text = record.read_text(errors="replace") if record.is_file() else ""
     if last.is_file() and fingerprint(text) != read_checkpoint(last).get("record"):
-        raise UserError(
-            f"{record} is not the record {last} was trained with: it was deleted, edited, cut short or damaged since. "
-            "Restore it from a backup or a copy of the run, or start a new run."
-        )
+        problem = f"{record} is not the record {last} was trained with: edited, cut short or damaged since"
+        raise UserError(f"{problem}. Restore it from a copy of the run, or start a new run.")
     evaluated = (run_dir / "metrics.json").is_file() and not any(last.parent.glob("*.ckpt"))  # it has a record too
     if not last.is_file() and (not text or evaluated):  # else train.py says what kept weights, if any, can do
-        raise UserError(
-            f"{run_dir} holds no run to resume (no {last}). Pass the --output_dir of a run of scripts/train.py; one "
-            f"stopped before writing {RUN_RECORD} left nothing: run its own command again, without --ckpt_path last."
-        )
+        raise UserError(f"{run_dir} holds no run to resume: run its own command again, without --ckpt_path last.")
     return record
 
 
@@ -74,32 +64,26 @@ def fingerprint(record_text: str) -> str | None:
     return None
 
 
-def flat(options: dict, prefix: str = "") -> list[tuple[str, Any]]:
+def flat(options: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """data: {init_args: {val_size: 5}} -> data.init_args.val_size: 5."""
-    pairs = []
     for key, value in options.items():
-        pairs += flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)]
-    return pairs
+        yield from flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)]
 
 
 def refuse_finished_run(run_dir: Path, epochs_done: int, max_epochs: int | None) -> None:
     """A resumed run must have epochs left to train."""
-    if max_epochs is None or max_epochs < 0:
-        return
-    if epochs_done > max_epochs or (epochs_done == max_epochs and (run_dir / "metrics.json").is_file()):
-        raise UserError(
-            f"The run in {run_dir} has already finished {epochs_done} epochs (--max_epochs {max_epochs}): a resume "
-            f"can only train longer, e.g. `{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}`."
-        )
+    done = max_epochs is not None and epochs_done >= max_epochs >= 0
+    if done and (epochs_done > max_epochs or (run_dir / "metrics.json").is_file()):
+        longer = f"{resume_hint(run_dir)} --max_epochs {epochs_done + max(epochs_done, 1)}"
+        raise UserError(f"{run_dir} has already finished {epochs_done} epochs: train it longer with `{longer}`.")
 
 
 def resume_hint(run_dir: Path) -> str:
     """The command that resumes this run, for a shell: the program this one was started as."""
     program = sys.argv[0] if sys.argv else ""
+    command = ["python", program if program.endswith("train.py") else "scripts/train.py"]
     if Path(program).resolve().parent == Path(__file__).resolve().parent:  # python -m <package>.core.train
         command = ["python", "-m", f"{__package__}.train"]
     elif program.endswith("-train"):  # the installed console command ([project.scripts])
         command = [Path(program).name]
-    else:
-        command = ["python", program if program.endswith("train.py") else "scripts/train.py"]
     return shlex.join([*command, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
