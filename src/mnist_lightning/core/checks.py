@@ -52,10 +52,7 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
     net.train(training)
     got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
     if got != [len(samples), num_classes]:
-        raise UserError(
-            f"The network {name} maps a batch of samples of shape {list(samples.shape)} to {got}; it must give "
-            f"{[len(samples), num_classes]}, one score per class: e.g. MyNet(input_shape, num_classes, width=64)."
-        )
+        raise UserError(f"The network {name} maps {list(samples.shape)} to {got}, not to {num_classes} scores each.")
     if not any(parameter.requires_grad for parameter in net.parameters()):
         raise UserError(f"The network {name} has no trainable parameters: nothing to train.")
 
@@ -63,19 +60,13 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
 def check_schedule(config: Any) -> None:
     """No library can say this: the cosine schedule needs the run's length."""
     if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
-        raise UserError(
-            "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
-            "--max_epochs or --max_steps, or pass --lr_schedule constant."
-        )
+        raise UserError("--max_epochs -1 gives the cosine schedule no end: give --max_steps or --lr_schedule constant.")
 
 
 def check_launched(num_nodes: int) -> None:
     """A multi-node run alone on a machine would wait for the other nodes forever, deaf to Ctrl-C."""
     if (num_nodes or 1) > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
-        raise UserError(
-            f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun (README: multi-node); "
-            "started alone, this process would wait for the others forever."
-        )
+        raise UserError(f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun.")
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -85,8 +76,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
         keys = [key.value for key, _ in node.value]  # as written
         for index, (key, _) in enumerate(node.value):
             if key.value in keys[:index]:
-                where = f"The config file {self.name}, line {key.start_mark.line + 1}"
-                raise UserError(f"{where}: {key.value} is set twice; keep one.")
+                raise UserError(f"{self.name}, line {key.start_mark.line + 1}: {key.value} is set twice; keep one.")
         return super().construct_mapping(node, deep)
 
 
@@ -103,20 +93,14 @@ def load_yaml(text: str, path: str = "") -> Any:
 
 
 def batch_size_refused(where: str) -> str:
-    return (
-        f"{where}: the batch size is the top-level --batch_size (batch_size: in a config file), which is linked into "
-        "every data module and would win silently; give it there."
-    )
+    return f"{where}: the batch size is the top-level --batch_size, which every data module is given; give it there."
 
 
 def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
     """Lightning would find out only after the fit."""
     if tested and not is_overridden("test_dataloader", datamodule):
         name = type(datamodule).__name__
-        raise UserError(
-            f"The data module {name} has no test_dataloader(), which the run tests its best checkpoint on after "
-            f"training: define it in {name}, or pass --limit_test_batches 0 not to test."
-        )
+        raise UserError(f"The data module {name} has no test_dataloader(): define one, or pass --limit_test_batches 0.")
 
 
 def check_tested(trainer: Trainer) -> None:
@@ -124,5 +108,5 @@ def check_tested(trainer: Trainer) -> None:
     if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
         raise UserError(
             f"The data module {type(trainer.datamodule).__name__} gave no test batch (its test_dataloader() is "
-            "empty), so nothing could be tested: give it test samples, or pass --limit_test_batches 0 not to test."
+            "empty): give it samples, or pass --limit_test_batches 0."
         )
