@@ -41,11 +41,9 @@ class BatchCheck(Callback):
         if not (ok and (not y.numel() or (0 <= y.min() and y.max() < classes))):
             name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader()"
             got = " and ".join(f"{t.dtype} {tuple(t.shape)}" for t in batch) if pair else f"a {type(batch).__name__}"
-            kind = "floating-point" if mixed else str(pl_module.dtype).removeprefix("torch.")
             raise UserError(
-                f"The first batch of {name}.{loader} holds {got}, not what its input_shape {shape} and num_classes "
-                f"{classes} say: finite {kind} samples (batch, {', '.join(map(str, shape))}), int64 labels from 0 to "
-                f"{classes - 1}."
+                f"The first batch of {name}.{loader} holds {got}, not finite {'floating' if mixed else pl_module.dtype}"
+                f" samples of its input_shape {shape} and int64 labels below its num_classes {classes}."
             )
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
