@@ -584,7 +584,7 @@ def test_a_bad_test_batch_found_after_training_says_how_to_test_the_kept_run(tmp
     [
         ("train", "gave no training batch (its train_dataloader() is empty), so there is no trained model to test"),
         ("val", "gave no validation batch (its val_dataloader() is empty)"),
-        ("test", "gave no test batch (its test_dataloader() is empty): give it samples"),
+        ("test", "gave no test batch (its test_dataloader() is empty): give it some"),
     ],
 )
 def test_an_empty_set_is_named_not_warned_of(tmp_path, capfd, empty, said):

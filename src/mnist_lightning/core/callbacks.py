@@ -13,7 +13,6 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch import Tensor
 
 from .errors import UserError
 
@@ -32,7 +31,7 @@ class BatchCheck(Callback):
         if batch_idx > 0:
             return
         shape, classes = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes
-        pair = isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch)
+        pair = isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
         x, y = batch if pair else (None, None)
         # Finite samples of the weights' dtype (under autocast: any floating one); labels cross_entropy takes.
         mixed = "mixed" in str(trainer.precision)
@@ -116,8 +115,7 @@ class EpochHistory(Callback):
         self.first_step, states = checkpoint.get("global_step", 0), checkpoint["random_states"]
         torch.set_rng_state(states["torch"])
         random.setstate(states["python"])
-        kind, keys, *rest = states["numpy"]
-        np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
+        np.random.set_state(states["numpy"])  # which takes its key as the list of ints it was saved as
         if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:
             torch.cuda.set_rng_state_all(states["cuda"])
 
@@ -152,10 +150,8 @@ class EpochTimer(Timer):
     checkpoints hold no Timer's count."""
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        states = checkpoint.get("callbacks", {})
-        if self.state_key not in states:  # Lightning's load_state_dict, called next, would give it none
-            seconds = states.get(EpochHistory.__qualname__, {}).get("fit_seconds", 0.0)
-            self.load_state_dict({"time_elapsed": {"train": seconds}})
+        if self.state_key not in (states := checkpoint.get("callbacks", {})):  # Lightning's load would give it none
+            self.load_state_dict({"time_elapsed": {"train": states.get("EpochHistory", {}).get("fit_seconds", 0.0)}})
 
 
 def progress_display() -> ProgressBar:

@@ -9,7 +9,6 @@ import yaml
 from jsonargparse import get_loader
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from torch import Tensor, nn
 
 from .errors import UserError
 
@@ -43,14 +42,14 @@ def data_sizes(datamodule: DataContract) -> dict[str, Any]:
     return {"input_shape": list(shape), "num_classes": classes}
 
 
-def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
+def check_network(net: torch.nn.Module, samples: torch.Tensor, num_classes: int) -> None:
     """Unless ``net`` maps ``samples`` to one score per class, a UserError now rather than at the first batch (an
     error raised by the network itself is the user's code's, shown with its traceback)."""
     training, name = net.training, type(net).__name__
     with torch.no_grad():
         scores = net.eval()(samples)  # eval: no batch-norm statistics updated, no dropout drawn
     net.train(training)
-    got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+    got = list(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
     if got != [len(samples), num_classes]:
         raise UserError(f"The network {name} maps {list(samples.shape)} to {got}, not to {num_classes} scores each.")
     if not any(parameter.requires_grad for parameter in net.parameters()):
@@ -74,9 +73,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         keys = [key.value for key, _ in node.value]  # as written
-        for index, (key, _) in enumerate(node.value):
-            if key.value in keys[:index]:
-                raise UserError(f"{self.name}, line {key.start_mark.line + 1}: {key.value} is set twice; keep one.")
+        if twice := [key for index, (key, _) in enumerate(node.value) if key.value in keys[:index]]:
+            raise UserError(f"{self.name}, line {twice[0].start_mark.line + 1}: {twice[0].value} is set twice.")
         return super().construct_mapping(node, deep)
 
 
@@ -106,7 +104,5 @@ def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
 def check_tested(trainer: Trainer) -> None:
     """After ``trainer.test``: an empty test set (Lightning would only warn, and report nothing)."""
     if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
-        raise UserError(
-            f"The data module {type(trainer.datamodule).__name__} gave no test batch (its test_dataloader() is "
-            "empty): give it samples, or pass --limit_test_batches 0."
-        )
+        name = type(trainer.datamodule).__name__
+        raise UserError(f"The data module {name} gave no test batch (its test_dataloader() is empty): give it some.")

@@ -46,10 +46,9 @@ def in_user_code(filename: str) -> bool:
     """Whether a file is the user's: the package's files outside core/, or any file not of Python or an installed
     library (site-packages, dist-packages, wherever the environment finds them)."""
     path = Path(filename).resolve()
-    if path.is_relative_to(PACKAGE):
-        return not path.is_relative_to(MACHINERY)
     installed = {"site-packages", "dist-packages"} & set(path.parts) or str(path).startswith(LIBRARIES)
-    return path.is_file() and not installed  # (compiled code names no file of its own)
+    # (Compiled code names no file of its own; the package may be installed, its files outside core/ still the user's.)
+    return path.is_file() and not path.is_relative_to(MACHINERY) and (path.is_relative_to(PACKAGE) or not installed)
 
 
 def report_failure(error: Exception) -> int:
