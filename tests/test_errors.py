@@ -63,10 +63,10 @@ BAD_FLAGS = [
     (["--config", "missing.yaml"], 2, ["missing.yaml"]),
     # The template's own paragraphs: what no library checks
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
-    (["--max_epochs", "-1"], 2, ["--max_epochs -1 trains without end", "--lr_schedule constant"]),
+    (["--max_epochs", "-1"], 2, ["--max_epochs -1 gives the cosine schedule no end", "--lr_schedule constant"]),
     (["--num_nodes", "2"], 2, ["--num_nodes 2 needs one process per machine, started by torchrun or srun"]),
     (["--net", "helpers.NoWeights"], 2, ["The network NoWeights has no trainable parameters"]),
-    (["--net", "torch.nn.Identity"], 2, ["maps a batch of samples of shape [2, 1, 28, 28] to [2, 1, 28, 28]"]),
+    (["--net", "torch.nn.Identity"], 2, ["maps [2, 1, 28, 28] to [2, 1, 28, 28], not to 10 scores each"]),
     (["--data.val_size", "70000"], 2, ["--data.val_size must be between 1 and 1199", "got 70000"]),
     (["--ckpt_path", "last"], 2, ["nrecognized arguments"]),  # a resume takes only what may change
     (["--max_time", "00:00:00:00"], 2, ["no trained model to test"]),

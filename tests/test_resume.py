@@ -186,7 +186,7 @@ def test_a_run_diverged_by_16_bit_weights_is_told_to_change_the_precision(data, 
     diverging = ["--precision", "16-true", "--optimizer", "sgd", "--lr", "1e3", "--lr_schedule", "constant"]
     code = main(flags(data, tmp_path / "run", *diverging))
     message = one_line(capsys.readouterr().err)
-    assert code == 1 and "Training diverged" in message and "--precision 16-mixed or 32-true" in message
+    assert code == 1 and "Training diverged" in message and "a -mixed or 32-true --precision" in message
 
 
 def test_a_checkpoint_of_another_run_starts_a_new_run_from_its_weights(data, finished, tmp_path, recwarn):

@@ -13,7 +13,6 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch import Tensor
 
 from .errors import UserError
 
@@ -31,27 +30,19 @@ class BatchCheck(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if batch_idx > 0:
             return
-        shape, classes, ok = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes, False
-        # Samples of the weights' dtype (under autocast: any floating one); labels of a dtype cross_entropy takes.
-        dtype, got = None if "mixed" in str(trainer.precision) else pl_module.dtype, f"a {type(batch).__name__}"
-        if isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, Tensor) for t in batch):
-            x, y = batch
-            finite = bool(x.isfinite().all())
-            got = f"samples of {x.dtype} and shape {tuple(x.shape)}{'' if finite else ' with NaN or inf'}, labels of "
-            ranged = y.numel() and not y.is_floating_point()  # (an empty batch has no range, NaN no whole number)
-            got += f"{y.dtype} and shape {tuple(y.shape)}"
-            got += f" from {int(y.min())} to {int(y.max())}" if ranged else ""
-            ok = finite and x.shape[1:] == shape and x.is_floating_point() and x.dtype == (dtype or x.dtype)
-            ok = ok and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1]
-            ok = ok and (not ranged or (0 <= y.min() and y.max() < classes))
-        if not ok:
-            name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader"
-            kind = str(dtype).removeprefix("torch.") if dtype else "floating-point"
+        shape, classes = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes
+        pair = isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
+        x, y = batch if pair else (None, None)
+        # Finite samples of the weights' dtype (under autocast: any floating one); labels cross_entropy takes.
+        mixed = "mixed" in str(trainer.precision)
+        ok = pair and x.shape[1:] == shape and (x.dtype == pl_module.dtype or (mixed and x.is_floating_point()))
+        ok = ok and bool(x.isfinite().all()) and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1]
+        if not (ok and (not y.numel() or (0 <= y.min() and y.max() < classes))):
+            name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader()"
+            got = " and ".join(f"{t.dtype} {tuple(t.shape)}" for t in batch) if pair else f"a {type(batch).__name__}"
             raise UserError(
-                f"The data module {name} does not give what it says (input_shape {shape}, num_classes {classes}): the "
-                f"first batch of its {loader}() holds {got}, where a batch must be a (samples, labels) pair: finite "
-                f"{kind} samples of shape (batch, {', '.join(map(str, shape))}), labels int64 class indices from 0 to "
-                f"{classes - 1} of shape (batch,). Fix {loader}() or what {name} says."
+                f"The first batch of {name}.{loader} holds {got}, not finite {'floating' if mixed else pl_module.dtype}"
+                f" samples of its input_shape {shape} and int64 labels below its num_classes {classes}."
             )
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
@@ -59,9 +50,10 @@ class BatchCheck(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
         if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
+            name = type(trainer.datamodule).__name__
             raise UserError(
-                f"The data module {type(trainer.datamodule).__name__} gave no validation batch (its val_dataloader() "
-                "is empty): give it validation samples, or pass --limit_val_batches 0 to train without validation."
+                f"The data module {name} gave no validation batch (its val_dataloader() is empty): give it samples, "
+                "or pass --limit_val_batches 0."
             )
 
     on_train_epoch_end = on_train_start
@@ -95,14 +87,9 @@ class EpochHistory(Callback):
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start}
         row |= {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
         if not math.isfinite(loss := row.get("train/loss", 0.0)):
-            hparams, precision, fix = pl_module.hparams, trainer.precision, "a smaller --lr"
-            if precision in ("16-true", "bf16-true"):
-                fix = f"--precision {precision.replace('true', 'mixed')} or 32-true: 16-bit weights overflow at any lr"
             raise DivergedError(
-                f"Training diverged: the training loss of epoch {trainer.current_epoch} is {loss} (lr "
-                f"{hparams.get('lr')}, optimizer {hparams.get('optimizer')}, precision {precision}); checkpoints/ "
-                f"holds the last finite weights, if any. Unless the data or the network gives NaN or inf (then fix "
-                f"that), start a new run with {fix}."
+                f"Training diverged (training loss {loss} in epoch {trainer.current_epoch}): start a new run with a "
+                "smaller --lr, or, with 16-bit weights, a -mixed or 32-true --precision."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
         if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
@@ -119,23 +106,17 @@ class EpochHistory(Callback):
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         # The random generators' states, as plain values and tensors: Lightning keeps none, and a resumed run would
         # draw other dropouts and batches.
-        kind, keys, *position = np.random.get_state()
-        states = {
-            "torch": torch.get_rng_state(),
-            "python": random.getstate(),
-            "numpy": [kind, keys.tolist(), *position],
-        }
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            states["cuda"] = torch.cuda.get_rng_state_all()
-        checkpoint |= {"record": self.record, "random_states": states}
+        kind, keys, *rest = np.random.get_state()
+        states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *rest]}
+        cuda = {"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {}
+        checkpoint |= {"record": self.record, "random_states": states | cuda}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         self.first_step, states = checkpoint.get("global_step", 0), checkpoint["random_states"]
         torch.set_rng_state(states["torch"])
         random.setstate(states["python"])
-        kind, keys, *position = states["numpy"]
-        np.random.set_state((kind, np.array(keys, dtype=np.uint32), *position))
-        if "cuda" in states and torch.cuda.is_available() and len(states["cuda"]) == torch.cuda.device_count():
+        np.random.set_state(states["numpy"])  # which takes its key as the list of ints it was saved as
+        if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:
             torch.cuda.set_rng_state_all(states["cuda"])
 
 
@@ -169,10 +150,8 @@ class EpochTimer(Timer):
     checkpoints hold no Timer's count."""
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        states = checkpoint.get("callbacks", {})
-        if self.state_key not in states:  # Lightning's load_state_dict, called next, would give it none
-            seconds = states.get(EpochHistory.__qualname__, {}).get("fit_seconds", 0.0)
-            self.load_state_dict({"time_elapsed": {"train": seconds}})
+        if self.state_key not in (states := checkpoint.get("callbacks", {})):  # Lightning's load would give it none
+            self.load_state_dict({"time_elapsed": {"train": states.get("EpochHistory", {}).get("fit_seconds", 0.0)}})
 
 
 def progress_display() -> ProgressBar:

@@ -9,7 +9,6 @@ import yaml
 from jsonargparse import get_loader
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from torch import Tensor, nn
 
 from .errors import UserError
 
@@ -43,19 +42,16 @@ def data_sizes(datamodule: DataContract) -> dict[str, Any]:
     return {"input_shape": list(shape), "num_classes": classes}
 
 
-def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
+def check_network(net: torch.nn.Module, samples: torch.Tensor, num_classes: int) -> None:
     """Unless ``net`` maps ``samples`` to one score per class, a UserError now rather than at the first batch (an
     error raised by the network itself is the user's code's, shown with its traceback)."""
     training, name = net.training, type(net).__name__
     with torch.no_grad():
         scores = net.eval()(samples)  # eval: no batch-norm statistics updated, no dropout drawn
     net.train(training)
-    got = list(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+    got = list(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
     if got != [len(samples), num_classes]:
-        raise UserError(
-            f"The network {name} maps a batch of samples of shape {list(samples.shape)} to {got}; it must give "
-            f"{[len(samples), num_classes]}, one score per class: e.g. MyNet(input_shape, num_classes, width=64)."
-        )
+        raise UserError(f"The network {name} maps {list(samples.shape)} to {got}, not to {num_classes} scores each.")
     if not any(parameter.requires_grad for parameter in net.parameters()):
         raise UserError(f"The network {name} has no trainable parameters: nothing to train.")
 
@@ -63,19 +59,13 @@ def check_network(net: nn.Module, samples: Tensor, num_classes: int) -> None:
 def check_schedule(config: Any) -> None:
     """No library can say this: the cosine schedule needs the run's length."""
     if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
-        raise UserError(
-            "--max_epochs -1 trains without end, but the cosine schedule decays over the run's length: give "
-            "--max_epochs or --max_steps, or pass --lr_schedule constant."
-        )
+        raise UserError("--max_epochs -1 gives the cosine schedule no end: give --max_steps or --lr_schedule constant.")
 
 
 def check_launched(num_nodes: int) -> None:
     """A multi-node run alone on a machine would wait for the other nodes forever, deaf to Ctrl-C."""
     if (num_nodes or 1) > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
-        raise UserError(
-            f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun (README: multi-node); "
-            "started alone, this process would wait for the others forever."
-        )
+        raise UserError(f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun.")
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -83,10 +73,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         keys = [key.value for key, _ in node.value]  # as written
-        for index, (key, _) in enumerate(node.value):
-            if key.value in keys[:index]:
-                where = f"The config file {self.name}, line {key.start_mark.line + 1}"
-                raise UserError(f"{where}: {key.value} is set twice; keep one.")
+        if twice := [key for index, (key, _) in enumerate(node.value) if key.value in keys[:index]]:
+            raise UserError(f"{self.name}, line {twice[0].start_mark.line + 1}: {twice[0].value} is set twice.")
         return super().construct_mapping(node, deep)
 
 
@@ -103,26 +91,18 @@ def load_yaml(text: str, path: str = "") -> Any:
 
 
 def batch_size_refused(where: str) -> str:
-    return (
-        f"{where}: the batch size is the top-level --batch_size (batch_size: in a config file), which is linked into "
-        "every data module and would win silently; give it there."
-    )
+    return f"{where}: the batch size is the top-level --batch_size, which every data module is given; give it there."
 
 
 def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
     """Lightning would find out only after the fit."""
     if tested and not is_overridden("test_dataloader", datamodule):
         name = type(datamodule).__name__
-        raise UserError(
-            f"The data module {name} has no test_dataloader(), which the run tests its best checkpoint on after "
-            f"training: define it in {name}, or pass --limit_test_batches 0 not to test."
-        )
+        raise UserError(f"The data module {name} has no test_dataloader(): define one, or pass --limit_test_batches 0.")
 
 
 def check_tested(trainer: Trainer) -> None:
     """After ``trainer.test``: an empty test set (Lightning would only warn, and report nothing)."""
     if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
-        raise UserError(
-            f"The data module {type(trainer.datamodule).__name__} gave no test batch (its test_dataloader() is "
-            "empty), so nothing could be tested: give it test samples, or pass --limit_test_batches 0 not to test."
-        )
+        name = type(trainer.datamodule).__name__
+        raise UserError(f"The data module {name} gave no test batch (its test_dataloader() is empty): give it some.")

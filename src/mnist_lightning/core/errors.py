@@ -11,7 +11,6 @@ import sysconfig
 import textwrap
 import threading
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 
 from .workarounds import apply_workarounds, end_process_group
@@ -47,10 +46,9 @@ def in_user_code(filename: str) -> bool:
     """Whether a file is the user's: the package's files outside core/, or any file not of Python or an installed
     library (site-packages, dist-packages, wherever the environment finds them)."""
     path = Path(filename).resolve()
-    if path.is_relative_to(PACKAGE):
-        return not path.is_relative_to(MACHINERY)
     installed = {"site-packages", "dist-packages"} & set(path.parts) or str(path).startswith(LIBRARIES)
-    return path.is_file() and not installed  # (compiled code names no file of its own)
+    # (Compiled code names no file of its own; the package may be installed, its files outside core/ still the user's.)
+    return path.is_file() and not path.is_relative_to(MACHINERY) and (path.is_relative_to(PACKAGE) or not installed)
 
 
 def report_failure(error: Exception) -> int:
@@ -58,13 +56,11 @@ def report_failure(error: Exception) -> int:
     their functions that the machinery, Lightning or jsonargparse called (the hook), or the import of their file; a
     library's refusal of a value (also Lightning's, of a setting, from within a user's hook) as its own message; the
     template's own faults raised on."""
-    raised_in, seen, culprit = None, set(), error
-    while culprit is not None and id(culprit) not in seen:  # the error, then what caused it
-        seen.add(id(culprit))
+    raised_in = Path(traceback.extract_tb(error.__traceback__)[-1].filename).resolve()
+    seen, culprit = [], None if raised_in.is_relative_to(LIGHTNING) else error
+    while culprit is not None and culprit not in seen:  # the error, then what caused it
+        seen.append(culprit)
         codes = [frame.f_code for frame, _ in traceback.walk_tb(culprit.__traceback__)]
-        raised_in = raised_in or Path(codes[-1].co_filename).resolve()
-        if raised_in.is_relative_to(LIGHTNING):
-            break
         mine = [in_user_code(code.co_filename) for code in codes]
         hooks = [code for i, code in enumerate(codes) if mine[i] and not (i and mine[i - 1])]  # entered from outside
         what = hooks and f"{getattr(hooks[-1], 'co_qualname', hooks[-1].co_name)}()"  # (co_qualname: Python 3.11)
@@ -76,41 +72,24 @@ def report_failure(error: Exception) -> int:
             traceback.print_exception(culprit)
             return 1
         culprit = culprit.__cause__ or culprit.__context__
-    if not raised_in.is_relative_to(PACKAGE):
-        print(f"Error: {str(error).strip() or type(error).__name__}", file=sys.stderr)
-        return USAGE_ERROR
-    raise error
+    if raised_in.is_relative_to(PACKAGE):
+        raise error
+    print(f"Error: {str(error).strip() or type(error).__name__}", file=sys.stderr)
+    return USAGE_ERROR
 
 
-def reports_for_the_run() -> bool:
-    """Whether this process reports a stop: of a distributed run's processes, only the first (rank 0) does."""
-    # Where Lightning keeps the rank it sets; light to import, for the entry points that do not import Lightning.
-    from lightning_utilities.core.rank_zero import rank_zero_only
-
-    return getattr(rank_zero_only, "rank", 0) == 0
-
-
-def run_main(
-    main: Callable[[], object],
-    user_errors: tuple[type[Exception], ...] = (),
-    stops_itself: Callable[[], bool] = lambda: False,
-    where: Callable[[], str] | None = None,
-    exiting: bool = False,
-) -> int:
+def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiting=False) -> int:
     """Run an entry point: a UserError, or one of ``user_errors``, becomes a paragraph on stderr and its exit status
     (``exit_code``, else 2). SIGTERM stops it as Ctrl-C does: through every clean-up (``finally``), then status 143,
     ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch.
     ``exiting``: the process ends with it (a command's ``main()``, given no arguments)."""
     apply_workarounds()
 
-    stopping = False
+    sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
     def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
-        nonlocal stopping
-        if stopping:  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
-            return
-        stopping = True
-        if not stops_itself():
+        sigterms.append(signum)
+        if len(sigterms) == 1 and not stops_itself():
             sys.exit(TERMINATED)
 
     # Not over a handler of the caller's, nor from another thread, where Python cannot set one.
@@ -128,17 +107,19 @@ def run_main(
         text = " ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split())  # one paragraph
         print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
         return getattr(error, "exit_code", USAGE_ERROR)
-    except KeyboardInterrupt:
-        if reports_for_the_run():
-            print(f"\nStopped by Ctrl-C: {where()}" if where else "\nInterrupted.", file=sys.stderr)
-        return INTERRUPTED
-    except SystemExit as stop:
-        if stop.code != TERMINATED:
+    except (KeyboardInterrupt, SystemExit) as stop:
+        ctrl_c = isinstance(stop, KeyboardInterrupt)
+        if not ctrl_c and stop.code != TERMINATED:
             raise
-        end_process_group()
-        if reports_for_the_run():
-            print(f"\nStopped by SIGTERM: {where()}" if where else "\nStopped by SIGTERM.", file=sys.stderr)
-        return TERMINATED
+        if not ctrl_c:
+            end_process_group()
+        # Only a distributed run's first process reports (the rank Lightning sets, light to import).
+        from lightning_utilities.core.rank_zero import rank_zero_only
+
+        if getattr(rank_zero_only, "rank", 0) == 0:
+            said = f"Stopped by {'Ctrl-C' if ctrl_c else 'SIGTERM'}"
+            print(f"\n{said}: {where()}" if where else f"\n{'Interrupted' if ctrl_c else said}.", file=sys.stderr)
+        return INTERRUPTED if ctrl_c else TERMINATED
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit
         return 1
