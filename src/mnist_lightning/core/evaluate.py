@@ -2,8 +2,6 @@
 keys of training's, and config.yaml, its options, in a new run folder."""
 
 import logging
-import sys
-import time
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
@@ -44,7 +42,7 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
     return load_checkpoint(config.ckpt_path, **overrides)
 
 
-def evaluate(config: Namespace) -> dict:
+def evaluate(config: Namespace) -> None:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     check_gpu(config.accelerator)
     model, datamodule, epochs = load_with_overrides(config)
@@ -53,19 +51,15 @@ def evaluate(config: Namespace) -> dict:
     try:
         with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
             file.write(build_parser().dump(config.clone().update(str(run_dir), "output_dir")).encode())
-        settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
-        callbacks = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
-        with lightning_notes_ignored():
-            trainer = Trainer(logger=False, default_root_dir=run_dir, callbacks=callbacks, **settings)
-            start = time.perf_counter()
+        settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
+        with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
+            trainer = Trainer(logger=False, callbacks=[progress_display(), BatchCheck()], **settings)
             results = trainer.test(model, datamodule=datamodule, verbose=False)
-        tested = {"best_checkpoint": config.ckpt_path, "test_seconds": time.perf_counter() - start}
         check_tested(trainer)
-        metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, **tested)
+        metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, best_checkpoint=config.ckpt_path)
         if trainer.is_global_zero:
             write_json(run_dir / "metrics.json", metrics)
             print(f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {run_dir}")
-        return metrics
     except BaseException:
         discard_new_run(run_dir)
         raise
@@ -73,7 +67,3 @@ def evaluate(config: Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: evaluate(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
