@@ -35,7 +35,10 @@ def add_checkpoint_options(parser: ArgumentParser) -> None:
 
 
 def load_with_overrides(config: Namespace) -> Checkpoint:
-    """The checkpoint of ``config.ckpt_path``, its data module built with add_checkpoint_options's changes."""
+    """The checkpoint of ``config.ckpt_path``, its data module built with add_checkpoint_options's changes, for a
+    command that runs it on ``config.accelerator`` (checked first) and prints its results, not the device banners."""
+    check_gpu(config.accelerator)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
     overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
     overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
@@ -44,10 +47,8 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
 
 def evaluate(config: Namespace) -> None:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
-    check_gpu(config.accelerator)
     model, datamodule, epochs = load_with_overrides(config)
     run_dir = new_run_dir(config.output_dir)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:
         with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
             file.write(build_parser().dump(config.clone().update(str(run_dir), "output_dir")).encode())

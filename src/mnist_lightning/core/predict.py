@@ -4,7 +4,6 @@ predict_dataloader. One row per input: its class and the probability of each cla
 
 import csv
 import io
-import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +14,6 @@ from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
 from .cli import USER_ERRORS, Parser
-from .devices import check_gpu
 from .errors import UserError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
 from .records import json_text, replaced
@@ -63,38 +61,30 @@ def read_inputs(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list
 
 def predict(config: Namespace) -> None:
     if output := config.output:  # before any work
-        if output.suffix.lower() not in (".csv", ".json") or output.name in RUN_FILES or output.is_dir():
+        if output.suffix not in (".csv", ".json") or output.name in RUN_FILES or output.is_dir():
             raise UserError(f"--output {output}: give a .csv or .json file of its own (not {', '.join(RUN_FILES)}).")
         try:  # tried, not asked: os.access says yes to root even where nothing can be written (/proc)
             tempfile.TemporaryFile(dir=next(folder for folder in output.parents if folder.exists())).close()
         except OSError as error:
             raise UserError(f"--output {output} cannot be written: {error.strerror.lower()}.") from error
-    check_gpu(config.accelerator)
     model, data, _ = load_with_overrides(config)
     rows, samples = read_inputs(config.inputs, data, tuple(model.hparams.input_shape))
     if all(row.get("status") == "skipped" for row in rows):
-        raise UserError(
-            f"No input could be read: pass files that {type(data).__name__}.read_file() reads, or no files to "
-            "predict its predict_dataloader()."
-        )
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # the rows the only output
+        raise UserError(f"No input could be read: pass files that {type(data).__name__}.read_file() reads, or none.")
     with lightning_notes_ignored():
         trainer = Trainer(accelerator=config.accelerator, devices=1, logger=False, enable_progress_bar=False)
     batches = trainer.predict(model, DataLoader(torch.cat(samples), data.hparams.batch_size)) if samples else []
-    classes, scores = [f"p{c}" for c in range(model.hparams.num_classes)], (p for b in batches for p in b.tolist())
+    best = zip(*torch.cat(batches).max(dim=1), strict=True) if batches else None
     for i, row in enumerate(rows):  # those without a status yet are the predicted ones, in order
         if "status" not in row:
-            p = next(scores)
-            row |= {"status": "ok", "prediction": p.index(max(p)), "confidence": max(p)}
-            row |= dict(zip(classes, p, strict=True))
-        rows[i] = dict.fromkeys(["input", "status", "prediction", "confidence", *classes, "note"]) | row
+            confidence, prediction = next(best)
+            row |= {"status": "ok", "prediction": prediction.item(), "confidence": confidence.item()}
+        rows[i] = dict.fromkeys(["input", "status", "prediction", "confidence", "note"]) | row
     csv.writer(text := io.StringIO(), lineterminator="\n").writerows([rows[0].keys(), *(row.values() for row in rows)])
-    if not output:
-        print(text.getvalue(), end="")
-        return
-    with replaced(output) as file:  # whole or not at all, even if stopped
-        file.write((json_text({"predictions": rows}) if output.suffix.lower() == ".json" else text.getvalue()).encode())
-    print(f"Wrote {len(rows)} rows to {output}")
+    if output:
+        with replaced(output) as file:  # whole or not at all, even if stopped
+            file.write((json_text({"predictions": rows}) if output.suffix == ".json" else text.getvalue()).encode())
+    print(f"Wrote {len(rows)} rows to {output}\n" if output else text.getvalue(), end="")
 
 
 def main(argv: list[str] | None = None) -> int:
