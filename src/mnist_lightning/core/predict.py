@@ -36,7 +36,7 @@ def read_inputs(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list
     samples the model cannot take, is skipped with the reason; the rest still count."""
     can_read, sources = getattr(data, "can_read", lambda path: True), []  # each input's name, and its reader
     for entry in map(Path, inputs):  # a folder with no file to read is read itself: its row says why it failed
-        files = sorted(p for p in entry.iterdir() if p.is_file() and can_read(p)) if entry.is_dir() else []
+        files = sorted(p for p in entry.glob("*") if p.is_file() and can_read(p)) if entry.is_dir() else []
         sources += [(str(path), lambda path=path: data.read_file(path)) for path in files or [entry]]
     if not inputs:  # read here: Trainer.predict re-creates a data module's DataLoader, which not all allow
         data.prepare_data()  # Lightning's place for a download or a generated file
