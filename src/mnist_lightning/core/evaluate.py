@@ -20,7 +20,6 @@ from .workarounds import lightning_notes_ignored
 def build_parser() -> ArgumentParser:
     parser = Parser(prog="evaluate.py", description=__doc__, exit_on_error=False)
     add_checkpoint_options(parser)
-    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
     parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: a new folder in runs/.")
@@ -28,8 +27,10 @@ def build_parser() -> ArgumentParser:
 
 
 def add_checkpoint_options(parser: ArgumentParser) -> None:
-    """--ckpt_path, and what of its training run's data module to change (a data_dir that moved, a batch size)."""
+    """--ckpt_path, what of its training run's data module to change (a data_dir that moved, a batch size), and
+    the accelerator to run it on."""
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
+    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
     parser.add_argument("--batch_size", type=BatchSize | None, default=None, help="Unset: the training run's.")
 

@@ -1,5 +1,5 @@
 """Predict with a trained checkpoint on files (which its data module's read_file reads) or, given none, on its
-predict_dataloader. One row per input: its class and the probability of each class, or "skipped" with the reason
+predict_dataloader. One row per input: its class and that class's probability, or "skipped" with the reason
 ("blank": a picture without a digit); as CSV on stdout, or written whole to --output (.csv or .json)."""
 
 import csv
@@ -27,7 +27,6 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: its predict_dataloader.")
     add_checkpoint_options(parser)
     parser.add_argument("--output", type=Path | None, default=None, help="A .csv or .json; unset: CSV on stdout.")
-    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     return parser
 
 
