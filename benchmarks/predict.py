@@ -55,9 +55,9 @@ def write_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:
 
 
 def predict(ckpt: str, inputs: list[Path], output: Path) -> tuple[list[dict], float]:
-    """predict.py's rows for ``inputs`` (quiet, JSON output) and the seconds the whole command took."""
+    """predict.py's rows for ``inputs`` (JSON output) and the seconds the whole command took."""
     start = time.perf_counter()
-    code = predict_main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output), "--quiet", "true"])
+    code = predict_main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output)])
     seconds = time.perf_counter() - start
     if code != 0:
         raise SystemExit(f"predict.py failed with exit status {code}")
@@ -86,7 +86,6 @@ def per_kind(args, ckpt: str, images: np.ndarray, labels: np.ndarray, work: Path
                 np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_pictures, in_mnist_form, strict=True)])
             ),
             "blank": sum(row["status"] == "blank" for row in from_pictures),
-            "uncertain": sum(row["status"] == "uncertain" for row in from_pictures),
         }
         print(f"{name}: {results[name]}", flush=True)
     return results

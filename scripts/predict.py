@@ -1,12 +1,11 @@
 #!/usr/bin/env python
 """Predict with a trained checkpoint: on files its data module reads, or (no files given) on its predict set.
 
-python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt --output predictions.csv
+python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt --output predictions.csv   # else CSV on stdout
 """
 # with_digit_photos:
 # Pictures of digits (any size, colours or polarity), folders of them, or IDX files:
 #   python scripts/predict.py --ckpt_path runs/<run>/checkpoints/last.ckpt digit.png photos/ t10k-images-idx3-ubyte.gz
-#   python scripts/predict.py --ckpt_path <ckpt> photos/ --output predictions.csv --quiet true      # for scripts
 # end with_digit_photos
 
 import sys

@@ -6,7 +6,9 @@ With real MNIST (MNIST_DATA_DIR), photo-like pictures of test digits (test_prepr
 and MNIST's own test digits saved as PNG get the IDX file's predictions.
 """
 
+import csv
 import gzip
+import io
 import json
 import struct
 import zlib
@@ -127,8 +129,8 @@ def test_bad_files_are_skipped_one_by_one_and_the_rest_are_predicted(fake_ckpt, 
 def test_blank_pictures_are_reported_without_a_digit(fake_ckpt, capsys, tmp_path):
     Image.new("RGB", (1, 1), "white").save(tmp_path / "blank.png")
     assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png")]) == 0
-    out = capsys.readouterr().out
-    assert "blank" in out and "1 inputs: 0 predicted" in out
+    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    assert row["status"] == "blank" and row["prediction"] == "" and row["note"] == "no ink stands out from the paper"
 
 
 def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):

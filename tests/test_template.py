@@ -512,7 +512,7 @@ def test_the_readmes_own_network_and_data_train(template, fake_mnist, tmp_path):
     # Its predict_dataloader, predicted; then a new run from its weights, as "Train" says (with its --net and --data).
     last = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
     output = tmp_path / "predictions.csv"
-    predict = [sys.executable, "scripts/predict.py", "--ckpt_path", last, "--output", str(output), "--quiet", "true"]
+    predict = [sys.executable, "scripts/predict.py", "--ckpt_path", last, "--output", str(output)]
     assert subprocess.run(predict, cwd=project, env=env, capture_output=True).returncode == 0
     assert len(output.read_text().splitlines()) == 1 + 2000 - 2 * (2000 // 3)  # a header and the test set
     fine_tune = re.search(r"python (scripts/train\.py --ckpt_path runs/<run>/checkpoints/last\.ckpt[^\n]*)", readme)[1]

@@ -2,8 +2,6 @@
 keys of training's, and config.yaml, its options, in a new run folder."""
 
 import logging
-import sys
-import time
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
@@ -22,7 +20,6 @@ from .workarounds import lightning_notes_ignored
 def build_parser() -> ArgumentParser:
     parser = Parser(prog="evaluate.py", description=__doc__, exit_on_error=False)
     add_checkpoint_options(parser)
-    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
     parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
     parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: a new folder in runs/.")
@@ -30,42 +27,41 @@ def build_parser() -> ArgumentParser:
 
 
 def add_checkpoint_options(parser: ArgumentParser) -> None:
-    """--ckpt_path, and what of its training run's data module to change (a data_dir that moved, a batch size)."""
+    """--ckpt_path, what of its training run's data module to change (a data_dir that moved, a batch size), and
+    the accelerator to run it on."""
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
+    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
     parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
     parser.add_argument("--batch_size", type=BatchSize | None, default=None, help="Unset: the training run's.")
 
 
 def load_with_overrides(config: Namespace) -> Checkpoint:
-    """The checkpoint of ``config.ckpt_path``, its data module built with add_checkpoint_options's changes."""
+    """The checkpoint of ``config.ckpt_path``, its data module built with add_checkpoint_options's changes, for a
+    command that runs it on ``config.accelerator`` (checked first) and prints its results, not the device banners."""
+    check_gpu(config.accelerator)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
     overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
     overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
     return load_checkpoint(config.ckpt_path, **overrides)
 
 
-def evaluate(config: Namespace) -> dict:
+def evaluate(config: Namespace) -> None:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
-    check_gpu(config.accelerator)
     model, datamodule, epochs = load_with_overrides(config)
     run_dir = new_run_dir(config.output_dir)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # its line of results, not the device banners
     try:
         with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
             file.write(build_parser().dump(config.clone().update(str(run_dir), "output_dir")).encode())
-        settings = {"accelerator": config.accelerator, "devices": config.devices, "precision": config.precision}
-        callbacks = [progress_display(), BatchCheck()]  # a bar in a terminal, none in a file or a pipe
-        with lightning_notes_ignored():
-            trainer = Trainer(logger=False, default_root_dir=run_dir, callbacks=callbacks, **settings)
-            start = time.perf_counter()
+        settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
+        with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
+            trainer = Trainer(logger=False, callbacks=[progress_display(), BatchCheck()], **settings)
             results = trainer.test(model, datamodule=datamodule, verbose=False)
-        tested = {"best_checkpoint": config.ckpt_path, "test_seconds": time.perf_counter() - start}
         check_tested(trainer)
-        metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, **tested)
+        metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, best_checkpoint=config.ckpt_path)
         if trainer.is_global_zero:
             write_json(run_dir / "metrics.json", metrics)
             print(f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {run_dir}")
-        return metrics
     except BaseException:
         discard_new_run(run_dir)
         raise
@@ -73,7 +69,3 @@ def evaluate(config: Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: evaluate(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

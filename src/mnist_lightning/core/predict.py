@@ -1,21 +1,19 @@
-"""Predict with a trained checkpoint on files (which its data module's read_file reads) or on its own
-predict_dataloader. One row per input: a class and its probability, or "blank" (nothing to predict) or
-"skipped" with the reason; a table, and every row to a .csv or .json."""
+"""Predict with a trained checkpoint on files (which its data module's read_file reads) or, given none, on its
+predict_dataloader. One row per input: its class and that class's probability, or "skipped" with the reason
+("blank": a picture without a digit); as CSV on stdout, or written whole to --output (.csv or .json)."""
 
 import csv
 import io
-import logging
 import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from jsonargparse import ArgumentParser, Namespace
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeInt
 from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader
 
 from .cli import USER_ERRORS, Parser
-from .devices import check_gpu
 from .errors import UserError, run_main
 from .evaluate import add_checkpoint_options, load_with_overrides
 from .records import json_text, replaced
@@ -28,123 +26,65 @@ def build_parser() -> ArgumentParser:
     parser = Parser(prog="predict.py", description=__doc__, exit_on_error=False)
     parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: its predict_dataloader.")
     add_checkpoint_options(parser)
-    parser.add_argument("--output", type=Path | None, default=None, help="Also write every row to a .csv or .json.")
-    parser.add_argument("--min_confidence", type=ClosedUnitInterval, default=0.5, help="Under it a class is uncertain.")
-    parser.add_argument("--max_rows", type=NonNegativeInt, default=20, help="Rows shown (all go to --output).")
-    parser.add_argument("--quiet", type=bool, default=False, help="No table: only problems, on stderr.")
-    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
+    parser.add_argument("--output", type=Path | None, default=None, help="A .csv or .json; unset: CSV on stdout.")
     return parser
 
 
-def check_output(path: Path) -> None:
-    """Before any work: a .csv or .json of its own (not a run's record) that can be written."""
-    if path.suffix.lower() not in (".csv", ".json") or path.name in RUN_FILES:
-        raise UserError(f"--output {path}: give a .csv or .json file of its own (not {', '.join(RUN_FILES)}).")
-    folder = next(p for p in (path, *path.parents) if p.exists())
-    try:  # tried, not asked: os.access says yes to root even where nothing can be written (/proc)
-        path.open("a").close() if folder == path else tempfile.TemporaryFile(dir=folder).close()
-    except OSError as error:
-        raise UserError(f"--output {path} cannot be written: {error.strerror.lower()}.") from error
-
-
 def read_inputs(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list]:
-    """A row per input (with status and note where it has no prediction) and the samples of the others, in order.
-    A file that fails, or gives samples the model cannot take, is skipped with the reason; the rest still count."""
+    """A row per input and the samples of those that have some, in order. An input that cannot be read, or gives
+    samples the model cannot take, is skipped with the reason; the rest still count."""
+    can_read, sources = getattr(data, "can_read", lambda path: True), []  # each input's name, and its reader
+    for entry in map(Path, inputs):  # a folder with no file to read is read itself: its row says why it failed
+        files = sorted(p for p in entry.glob("*") if p.is_file() and can_read(p)) if entry.is_dir() else []
+        sources += [(str(path), lambda path=path: data.read_file(path)) for path in files or [entry]]
     if not inputs:  # read here: Trainer.predict re-creates a data module's DataLoader, which not all allow
         data.prepare_data()  # Lightning's place for a download or a generated file
         data.setup("predict")
         batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in data.predict_dataloader()]
-        samples = [sample for batch in batches for sample in batch]
-        if wrong := sample_problem(samples, shape):
-            raise UserError(f"{type(data).__name__}.predict_dataloader() gives {wrong}.")
-        return [{"input": f"#{i}"} for i in range(len(samples))], samples
-    rows, samples, can_read = [], [], getattr(data, "can_read", lambda path: True)
-    for entry in map(Path, inputs):
-        files = sorted(p for p in entry.glob("*") if p.is_file() and can_read(p)) if entry.is_dir() else [entry]
-        if not files:
-            rows.append({"input": str(entry), "status": "skipped", "note": "no file in it that can be read"})
-        for path in files:
-            try:
-                read = data.read_file(path)
-                if wrong := sample_problem(read, shape):
-                    raise ValueError(f"read_file() gives {wrong}")
-            except Exception as error:  # one bad file (of any kind of damage) must not cost the others
-                status = "blank" if getattr(error, "blank", False) else "skipped"  # a picture without a digit
-                rows.append({"input": str(path), "status": status, "note": str(error).strip()})
-            else:
-                rows += [{"input": f"{path}[{i}]" if len(read) > 1 else str(path)} for i in range(len(read))]
-                samples += list(read)
+        sources = [("predict_dataloader", lambda: torch.cat(batches))]
+    rows, samples = [], []
+    for name, read in sources:
+        try:
+            got = read()
+            if (size := tuple(getattr(got, "shape", ())))[1:] != shape:
+                raise ValueError(f"read as a batch of shape {size}, where the model takes samples of shape {shape}")
+        except Exception as error:  # one bad file (of any kind of damage) must not cost the others
+            status = "blank" if getattr(error, "blank", False) else "skipped"  # blank: a picture without a digit
+            rows.append({"input": name, "status": status, "note": str(error).strip()})
+            print(f"Skipped {name}: {rows[-1]['note']}.", file=sys.stderr)
+        else:
+            rows += [{"input": f"{name}[{i}]" if len(got) > 1 else name} for i in range(len(got))]
+            samples.append(got)
     return rows, samples
 
 
-def sample_problem(samples, shape: tuple) -> str | None:
-    """What is wrong with the first of ``samples`` that the model cannot take, or None."""
-    for sample in samples:
-        if getattr(sample, "shape", None) != shape:
-            got = f"of shape {tuple(sample.shape)}" if hasattr(sample, "shape") else f"of type {type(sample).__name__}"
-            return f"a sample {got}, where the model takes samples of shape {shape}"
-    return None
-
-
-def predict(config: Namespace) -> list[dict]:
-    if config.output:
-        check_output(config.output)
-    check_gpu(config.accelerator)
+def predict(config: Namespace) -> None:
+    if output := config.output:  # before any work
+        if output.suffix not in (".csv", ".json") or output.name in RUN_FILES or output.is_dir():
+            raise UserError(f"--output {output}: give a .csv or .json file of its own (not {', '.join(RUN_FILES)}).")
+        try:  # tried, not asked: os.access says yes to root even where nothing can be written (/proc)
+            tempfile.TemporaryFile(dir=next(folder for folder in output.parents if folder.exists())).close()
+        except OSError as error:
+            raise UserError(f"--output {output} cannot be written: {error.strerror.lower()}.") from error
     model, data, _ = load_with_overrides(config)
     rows, samples = read_inputs(config.inputs, data, tuple(model.hparams.input_shape))
-    for row in rows:
-        if row.get("status") == "skipped":
-            print(f"Skipped {row['input']}: {row['note']}.", file=sys.stderr)
     if all(row.get("status") == "skipped" for row in rows):
-        raise UserError(
-            f"No input could be read: pass files that {type(data).__name__}.read_file() reads, or no files to "
-            "predict its predict_dataloader()."
-        )
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # keep the table the only output
+        raise UserError(f"No input could be read: pass files that {type(data).__name__}.read_file() reads, or none.")
     with lightning_notes_ignored():
         trainer = Trainer(accelerator=config.accelerator, devices=1, logger=False, enable_progress_bar=False)
-    batches = trainer.predict(model, DataLoader(samples, data.hparams.batch_size)) if samples else []
-    probabilities = [f"p{c}" for c in range(model.hparams.num_classes)]
-    columns = ["input", "status", "prediction", "confidence", *probabilities, "note"]
-    scores = iter([p for batch in batches for p in batch.tolist()])
-    for i, row in enumerate(rows):
+    batches = trainer.predict(model, DataLoader(torch.cat(samples), data.hparams.batch_size)) if samples else []
+    best = zip(*torch.cat(batches).max(dim=1), strict=True) if batches else None
+    for i, row in enumerate(rows):  # those without a status yet are the predicted ones, in order
         if "status" not in row:
-            p = next(scores)
-            row |= {"status": "ok" if max(p) >= config.min_confidence else "uncertain", "prediction": p.index(max(p))}
-            row |= {"confidence": max(p), **dict(zip(probabilities, p, strict=True))}
-        rows[i] = dict.fromkeys(columns) | row
-    if not config.quiet:
-        print_table(rows, config.max_rows)
-    if config.output:
-        text = io.StringIO()
-        if config.output.suffix.lower() == ".json":
-            text.write(json_text({"predictions": rows}))
-        else:
-            csv.writer(text).writerows([rows[0].keys(), *(row.values() for row in rows)])
-        with replaced(config.output) as file:  # whole or not at all, even if stopped
-            file.write(text.getvalue().encode())
-    return rows
-
-
-def print_table(rows: list[dict], max_rows: int) -> None:
-    width = max(len(row["input"]) for row in [{"input": "input"}, *rows[:max_rows]])
-    print(f"{'input':<{width}}  class  confidence")
-    for row in rows[:max_rows]:
-        scored = f"{row['prediction']:>5}  {row['confidence']:>10.4f}" if row["prediction"] is not None else ""
-        note = f"{row['status']}: {row['note']}" if row["note"] else row["status"] * (row["status"] == "uncertain")
-        print(f"{row['input']:<{width}}  {scored}  {note}".rstrip())
-    if len(rows) > max_rows:
-        print(f"... and {len(rows) - max_rows} more rows (--max_rows; --output writes them all)")
-    count = [row["status"] for row in rows].count
-    print(
-        f"{len(rows)} inputs: {count('ok') + count('uncertain')} predicted ({count('uncertain')} uncertain), "
-        f"{count('blank')} blank, {count('skipped')} skipped."
-    )
+            confidence, prediction = next(best)
+            row |= {"status": "ok", "prediction": prediction.item(), "confidence": confidence.item()}
+        rows[i] = dict.fromkeys(["input", "status", "prediction", "confidence", "note"]) | row
+    csv.writer(text := io.StringIO(), lineterminator="\n").writerows([rows[0].keys(), *(row.values() for row in rows)])
+    if output:
+        with replaced(output) as file:  # whole or not at all, even if stopped
+            file.write((json_text({"predictions": rows}) if output.suffix == ".json" else text.getvalue()).encode())
+    print(f"Wrote {len(rows)} rows to {output}\n" if output else text.getvalue(), end="")
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: predict(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
