@@ -1,15 +1,16 @@
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
 from annotated_types import Ge, Gt, Lt
 from lightning.pytorch import LightningModule
 from torch import Tensor
+from torch.optim.lr_scheduler import ConstantLR
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from .model import NetworkFactory, SimpleNN
-from .optim import OptimizerName, ScheduleName, configure
+from .optim import RunLengthCosine
 
 
 class Classifier(LightningModule):
@@ -30,21 +31,20 @@ class Classifier(LightningModule):
         input_shape: tuple[int, ...],
         num_classes: int,
         net: NetworkFactory = SimpleNN,
-        optimizer: OptimizerName = "adam",
+        optimizer: Literal["adam", "sgd"] = "adam",
         lr: Annotated[float, Gt(0)] = 0.02,  # bounds: checked by the command line's parser
         momentum: Annotated[float, Ge(0), Lt(1)] = 0.9,  # at 1, past gradients never fade
         weight_decay: Annotated[float, Ge(0)] = 0.0,
-        lr_schedule: ScheduleName = "cosine",
+        lr_schedule: Literal["cosine", "constant"] = "cosine",
         compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
-        self.train_loss = MeanMetric(nan_strategy="disable")  # means over samples, NaN kept: a diverged run shows
+        # One metric object per stage (they hold state); losses are means over samples, NaN kept: a diverged run shows.
+        self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
-        self.val_loss, self.test_loss = MeanMetric(nan_strategy="disable"), MeanMetric(nan_strategy="disable")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")  # one metric per stage: metrics hold state
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes, average="micro") for _ in range(2))
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
 
@@ -95,4 +95,11 @@ class Classifier(LightningModule):
         return logits
 
     def configure_optimizers(self):
-        return configure(self.parameters(), self.hparams, self.trainer.estimated_stepping_batches)
+        hp = self.hparams
+        if hp.optimizer == "sgd":
+            optimizer = torch.optim.SGD(self.parameters(), hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        else:
+            optimizer = torch.optim.Adam(self.parameters(), hp.lr, weight_decay=hp.weight_decay)
+        steps = max(self.trainer.estimated_stepping_batches, 1)
+        schedule = RunLengthCosine(optimizer, steps) if hp.lr_schedule == "cosine" else ConstantLR(optimizer, 1.0, 0)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
