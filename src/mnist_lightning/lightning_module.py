@@ -1,3 +1,4 @@
+import math
 from typing import Annotated, Literal
 
 import torch
@@ -5,12 +6,11 @@ import torch.nn.functional as F
 from annotated_types import Ge, Gt, Lt
 from lightning.pytorch import LightningModule
 from torch import Tensor
-from torch.optim.lr_scheduler import ConstantLR
+from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from .model import NetworkFactory, SimpleNN
-from .optim import RunLengthCosine
 
 
 class Classifier(LightningModule):
@@ -41,10 +41,11 @@ class Classifier(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
-        # One metric object per stage (they hold state); losses are means over samples, NaN kept: a diverged run shows.
+        # Losses are means over samples, NaN kept: a diverged run shows.
         self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
-        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes, average="micro") for _ in range(2))
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")  # one metric per stage: metrics hold state
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
 
@@ -103,3 +104,17 @@ class Classifier(LightningModule):
         steps = max(self.trainer.estimated_stepping_batches, 1)
         schedule = RunLengthCosine(optimizer, steps) if hp.lr_schedule == "cosine" else ConstantLR(optimizer, 1.0, 0)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class RunLengthCosine(CosineAnnealingLR):
+    """A cosine that keeps this run's length when it loads a checkpoint's state: resumed with a longer --max_epochs,
+    it would reach zero at the old end, then climb. From the resumed step on, the learning rate is what a run
+    planned this long from the start would have (so an extended finished run's rises)."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        steps = self.T_max
+        super().load_state_dict(state_dict)
+        if self.T_max != steps:  # else the checkpoint's learning rate stands, to the bit
+            self.T_max, progress = steps, min(self.last_epoch, steps) / steps
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+                group["lr"] = self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * progress)) / 2
