@@ -103,7 +103,7 @@ def test_eval_batches_keep_their_order(fake_mnist):
 @pytest.mark.parametrize("epoch", [0, 3])
 def test_the_training_order_depends_on_the_seed_and_the_epoch_alone(fake_mnist, monkeypatch, epoch):
     """What an exact resume relies on: a loader built anew, whatever the global random state, draws the same batches
-    for the same epoch, in the order of a DistributedSampler with the same seed (the plain rung's, on one process)."""
+    for the same epoch, in the order of a DistributedSampler with the same seed on one process."""
     monkeypatch.setenv("PL_GLOBAL_SEED", "5")  # what seed_everything sets
     batches = []
     for global_seed in (1, 2):
@@ -117,7 +117,7 @@ def test_the_training_order_depends_on_the_seed_and_the_epoch_alone(fake_mnist, 
     assert list(loader.sampler) == list(reference)
 
 
-def test_under_ddp_each_process_reads_its_share_in_the_order_of_the_fabric_rung(fake_mnist, monkeypatch):
+def test_under_ddp_each_process_reads_its_share_of_the_same_order(fake_mnist, monkeypatch):
     monkeypatch.setenv("PL_GLOBAL_SEED", "5")
     datamodule = make_datamodule(fake_mnist)
     datamodule.trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)  # as rank 0 of two
