@@ -57,7 +57,6 @@ from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.in_memory import Samples
 from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
-from mnist_lightning.optim import build_optimizer, build_schedule
 
 RESULTS = Path(__file__).parent / "results"
 # The plain and Fabric rungs stand on their own, outside the package: their data function is loaded from the file.
@@ -228,8 +227,8 @@ def plain_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> C
     loader = rung_loader(args)
     torch.manual_seed(42)
     model = SimpleNN(MNISTDataModule.input_shape, MNISTDataModule.num_classes).to(device)
-    optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
-    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loader))
+    optimizer = torch.optim.Adam(model.parameters(), 0.02)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * len(loader))
 
     def train_epoch() -> float:
         model.train()
@@ -254,8 +253,8 @@ def fabric_epochs(args, work: Path, profile: cProfile.Profile | None = None) -> 
     loader = fabric.setup_dataloaders(rung_loader(args, fabric), use_distributed_sampler=False)
     torch.manual_seed(42)
     model = SimpleNN(MNISTDataModule.input_shape, MNISTDataModule.num_classes)
-    optimizer = build_optimizer(model.parameters(), "adam", 0.02, 0.9, 0.0)
-    schedule = build_schedule(optimizer, "cosine", args.epochs * len(loader))
+    optimizer = torch.optim.Adam(model.parameters(), 0.02)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * len(loader))
     model, optimizer = fabric.setup(model, optimizer)
 
     def train_epoch() -> float:

@@ -6,13 +6,14 @@ import torch
 from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
 from mnist_lightning.core.cli import build_parser
 from mnist_lightning.datamodule import DATASETS, MNISTDataModule
-from mnist_lightning.in_memory import EpochShuffle, normalize
+from mnist_lightning.in_memory import normalize
 
 
 def make_datamodule(root, **kwargs) -> MNISTDataModule:
@@ -100,13 +101,28 @@ def test_eval_batches_keep_their_order(fake_mnist):
 
 
 @pytest.mark.parametrize("epoch", [0, 3])
-def test_the_training_order_is_distributed_samplers_on_one_process(epoch):
-    """The order Lightning's DistributedSampler would give under DDP, with the same seed, on one process: a script
-    that uses DistributedSampler itself trains on the same batches."""
-    shuffle, reference = EpochShuffle(100, seed=5), DistributedSampler(range(100), 1, 0, shuffle=True, seed=5)
-    shuffle.set_epoch(epoch)
+def test_the_training_order_depends_on_the_seed_and_the_epoch_alone(fake_mnist, monkeypatch, epoch):
+    """What an exact resume relies on: a loader built anew, whatever the global random state, draws the same batches
+    for the same epoch, in the order of a DistributedSampler with the same seed on one process."""
+    monkeypatch.setenv("PL_GLOBAL_SEED", "5")  # what seed_everything sets
+    batches = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        loader = make_datamodule(fake_mnist, batch_size=64).train_dataloader()
+        loader.sampler.set_epoch(epoch)  # what Lightning calls at the start of every epoch
+        batches.append(torch.cat([images for images, _ in loader]))
+    assert batches[0].equal(batches[1])
+    reference = DistributedSampler(range(FAKE_TRAIN - FAKE_VAL), 1, 0, shuffle=True, seed=5)
     reference.set_epoch(epoch)
-    assert list(shuffle) == list(reference)
+    assert list(loader.sampler) == list(reference)
+
+
+def test_under_ddp_each_process_reads_its_share_of_the_same_order(fake_mnist, monkeypatch):
+    monkeypatch.setenv("PL_GLOBAL_SEED", "5")
+    datamodule = make_datamodule(fake_mnist)
+    datamodule.trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False)  # as rank 0 of two
+    reference = DistributedSampler(range(FAKE_TRAIN - FAKE_VAL), 2, 0, shuffle=True, seed=5)
+    assert list(datamodule.train_dataloader().sampler) == list(reference)
 
 
 def test_the_training_order_follows_the_run_seed(fake_mnist, monkeypatch):

@@ -1,6 +1,6 @@
-"""Data files are checked before they are used: archives by their MD5 sums (torchvision's), and the extracted
-files as the IDX files they are named after, images and labels of one dataset. A wrong file is named in one
-paragraph (exit 1) before any training, and no run folder is left."""
+"""Data files are checked before they are used: archives by their MD5 sums (torchvision's, which downloads a damaged
+one again), and the extracted files as the IDX files they are named after, images and labels of one dataset. A wrong
+file is named in one paragraph (exit 1) before any training, and no run folder is left."""
 
 import gzip
 import os
@@ -47,22 +47,34 @@ def test_fake_data_in_mnists_format_trains(fake, tmp_path):
 def test_images_and_labels_of_different_datasets_are_refused(fake, tmp_path, capsys):
     raw = fake / "MNIST" / "raw"
     shutil.copy(raw / "t10k-labels-idx1-ubyte", raw / "train-labels-idx1-ubyte")  # 300 labels for 1200 images
-    refused(capsys, train(fake, tmp_path / "run"), tmp_path / "run", "are not MNIST's", "1200 images", "300 labels")
+    refused(
+        capsys, train(fake, tmp_path / "run"), tmp_path / "run", "not MNIST's", "[1200, 28, 28] images", "300 labels"
+    )
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
 def test_a_file_that_is_not_an_idx_file_is_refused(fake, tmp_path, capsys, damage):
     labels = fake / "MNIST" / "raw" / "train-labels-idx1-ubyte"
     labels.write_bytes(b"" if damage == "empty" else labels.read_bytes()[:100])
-    refused(capsys, train(fake, tmp_path / "run"), tmp_path / "run", "MNIST could not be read", str(labels.parent))
+    refused(
+        capsys,
+        train(fake, tmp_path / "run"),
+        tmp_path / "run",
+        "are missing, damaged or not MNIST's",
+        str(labels.parent),
+    )
 
 
-def test_a_damaged_archive_is_named(tmp_path):
+def test_damaged_archives_offline_are_named_and_left_as_they_are(tmp_path, monkeypatch):
+    """torchvision extracts an archive only if its MD5 sum is the original's, and downloads a damaged one again."""
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens there: offline
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    (raw / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
-    with pytest.raises(MisconfigurationException, match=r"train-labels-idx1-ubyte\.gz is damaged"):
+    for name, _ in MNIST.resources:
+        (raw / name).write_bytes(gzip.compress(b"not MNIST"))
+    with pytest.raises(MisconfigurationException, match=r"Error downloading train-images-idx3-ubyte\.gz"):
         MNISTDataModule(str(tmp_path)).prepare_data()
+    assert sorted(path.name for path in raw.iterdir()) == sorted(name for name, _ in MNIST.resources)
 
 
 def test_offline_without_the_files_says_where_to_put_them(tmp_path, monkeypatch):
@@ -86,14 +98,17 @@ def mnist_archives(tmp_path) -> Path:
 
 
 @pytest.mark.real_data
-def test_real_mnist_archives_are_verified_and_extracted(mnist_archives):
+def test_real_mnist_archives_are_verified_and_extracted(mnist_archives, monkeypatch):
     datamodule = MNISTDataModule(str(mnist_archives))
     datamodule.prepare_data()  # extracts
     datamodule.setup("fit")
     assert [len(dataset) for dataset in datamodule.datasets.values()] == [55_000, 5_000, 10_000]
-    archive = mnist_archives / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
-    archive.write_bytes(archive.read_bytes()[:-1])
-    with pytest.raises(MisconfigurationException, match=r"t10k-labels-idx1-ubyte\.gz is damaged"):
+    raw = mnist_archives / "MNIST" / "raw"
+    for extracted in raw.glob("*-ubyte"):
+        extracted.unlink()
+    (raw / "t10k-labels-idx1-ubyte.gz").write_bytes((raw / "t10k-labels-idx1-ubyte.gz").read_bytes()[:-1])
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # offline: the damaged one cannot be replaced
+    with pytest.raises(MisconfigurationException, match=r"Error downloading t10k-labels-idx1-ubyte\.gz"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
 
 

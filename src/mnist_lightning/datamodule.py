@@ -44,7 +44,6 @@ class MNISTDataModule(InMemoryDataModule):
         self.save_hyperparameters()
         self.torchvision_class, self.mean, self.std = DATASETS[dataset]
         self.raw_folder = Path(data_dir) / self.torchvision_class.__name__ / "raw"
-        self.files: list | None = None  # parsed by prepare_data, for setup
         # with_digit_photos:
         # For predict.py and export.py: model inputs from a picture of a digit (or IDX file), and how they are made.
         self.read_file = partial(read_digits, mean=self.mean, std=self.std)
@@ -53,14 +52,12 @@ class MNISTDataModule(InMemoryDataModule):
         # end with_digit_photos
 
     def prepare_data(self) -> None:  # download unless the files are there; check them, and val_size, before training
-        if not (self.files or self.datasets):  # once per process: cli.py calls it before Lightning does
-            self.files = read_mnist(self, download=True)
+        self.setup(download=True)  # and build the datasets: cli.py calls it before Lightning, which calls setup next
 
-    def setup(self, stage: str | None = None) -> None:
-        if not self.datasets:  # the same for every stage
-            (images, labels), test = self.files or read_mnist(self)  # DDP's other ranks have no prepare_data
+    def setup(self, stage: str | None = None, download: bool = False) -> None:
+        if not self.datasets:  # once per process, for every stage (DDP's other ranks have no prepare_data)
+            (images, labels), test = read_mnist(self, download)
             order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.hparams.split_seed))
             val, train = order[: self.hparams.val_size], order[self.hparams.val_size :]  # not --seed: a fixed split
             splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val]), "test": test}
             self.datasets = {name: Samples(normalize(x, self.mean, self.std), y) for name, (x, y) in splits.items()}
-            self.files = None  # the datasets hold them now

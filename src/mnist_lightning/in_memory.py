@@ -8,41 +8,39 @@ import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 
 class InMemoryDataModule(LightningDataModule):
     """Serves ``self.datasets`` ("train", "val", "test"; the test set is also the predict set), which ``setup``
     fills with Samples (or Subsets of them), in batches of ``hparams.batch_size`` read by ``hparams.num_workers``."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.datasets: dict[str, Dataset] = {}
+    datasets: dict[str, Dataset] | None = None
 
     def train_dataloader(self) -> DataLoader:
-        # Shuffled by seed and epoch: a resumed run draws the same batches. (Under DDP, Lightning puts its
-        # DistributedSampler, seeded the same way, in its place.)
-        return self._loader("train", EpochShuffle(len(self.datasets["train"]), int(os.getenv("PL_GLOBAL_SEED", 0))))
+        # A new order every epoch, drawn from seed + epoch (Lightning calls set_epoch), not from the global random
+        # state, which checkpoints do not hold: a resumed run draws the same batches.
+        return self._loader("train", DistributedSampler, shuffle=True, seed=int(os.getenv("PL_GLOBAL_SEED", 0)))
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
         # Under DDP, every sample once: Lightning's DistributedSampler would repeat a few to give each process as many
-        # (and warns that the test metrics count them twice); Lightning's sampler for predictions repeats none.
-        ranks = self.trainer.distributed_sampler_kwargs if self.trainer else None  # None: one process
-        sampler = UnrepeatedDistributedSampler(self.datasets["test"], shuffle=False, **ranks) if ranks else None
-        return self._loader("test", sampler)
+        # (and warns that the test metrics count them twice).
+        return self._loader("test", UnrepeatedDistributedSampler, shuffle=False)
 
     predict_dataloader = test_dataloader
 
-    def _loader(self, split: str, sampler: Sampler | None = None) -> DataLoader:
+    def _loader(self, split: str, sampler: type | None = None, **sampling) -> DataLoader:
         # Worker processes would only copy batches already in memory: Lightning's advice to add some counts cores,
         # not data, and is silenced as its docs say (advanced/warnings), as Lightning asks for this loader.
         warnings.filterwarnings("ignore", ".*Consider increasing the value of the `num_workers` argument*")
-        workers = self.hparams.num_workers  # collate_fn: Samples gives whole batches
-        options = {"collate_fn": tuple, "num_workers": workers, "persistent_workers": workers > 0}
-        return DataLoader(self.datasets[split], self.hparams.batch_size, sampler=sampler, **options)
+        ranks = (self.trainer and self.trainer.distributed_sampler_kwargs) or {"num_replicas": 1, "rank": 0}
+        data, workers = self.datasets[split], self.hparams.num_workers
+        sampler = sampler(data, **ranks, **sampling) if sampler else None  # each process its share
+        options = {"collate_fn": tuple, "num_workers": workers, "persistent_workers": workers > 0}  # tuple: see Samples
+        return DataLoader(data, self.hparams.batch_size, sampler=sampler, **options)
 
 
 def normalize(images: Tensor, mean: float, std: float) -> Tensor:
@@ -58,23 +56,3 @@ class Samples(TensorDataset):
         index = np.fromiter(indices, np.int64, len(indices))  # torch.tensor(list) is slower
         # numpy's indexing, not torch's: torch's is a parallel region whose idle OpenMP threads then spin on every core
         return tuple(torch.from_numpy(tensor.numpy()[index]) for tensor in self.tensors)
-
-
-class EpochShuffle(Sampler[int]):
-    """A new order every epoch, drawn from ``seed + epoch``: DistributedSampler's order on one process.
-
-    DataLoader's ``shuffle=True`` draws from the global random state, which checkpoints do not hold; this order
-    depends on the epoch alone, which Lightning hands over through ``set_epoch``, resumed runs included.
-    """
-
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self):
-        return iter(torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist())

@@ -1,15 +1,16 @@
-from typing import Annotated
+import math
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
 from annotated_types import Ge, Gt, Lt
 from lightning.pytorch import LightningModule
 from torch import Tensor
+from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from .model import NetworkFactory, SimpleNN
-from .optim import OptimizerName, ScheduleName, configure
 
 
 class Classifier(LightningModule):
@@ -30,19 +31,19 @@ class Classifier(LightningModule):
         input_shape: tuple[int, ...],
         num_classes: int,
         net: NetworkFactory = SimpleNN,
-        optimizer: OptimizerName = "adam",
+        optimizer: Literal["adam", "sgd"] = "adam",
         lr: Annotated[float, Gt(0)] = 0.02,  # bounds: checked by the command line's parser
         momentum: Annotated[float, Ge(0), Lt(1)] = 0.9,  # at 1, past gradients never fade
         weight_decay: Annotated[float, Ge(0)] = 0.0,
-        lr_schedule: ScheduleName = "cosine",
+        lr_schedule: Literal["cosine", "constant"] = "cosine",
         compile: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
-        self.train_loss = MeanMetric(nan_strategy="disable")  # means over samples, NaN kept: a diverged run shows
+        # Losses are means over samples, NaN kept: a diverged run shows.
+        self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
-        self.val_loss, self.test_loss = MeanMetric(nan_strategy="disable"), MeanMetric(nan_strategy="disable")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")  # one metric per stage: metrics hold state
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
@@ -95,4 +96,25 @@ class Classifier(LightningModule):
         return logits
 
     def configure_optimizers(self):
-        return configure(self.parameters(), self.hparams, self.trainer.estimated_stepping_batches)
+        hp = self.hparams
+        if hp.optimizer == "sgd":
+            optimizer = torch.optim.SGD(self.parameters(), hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        else:
+            optimizer = torch.optim.Adam(self.parameters(), hp.lr, weight_decay=hp.weight_decay)
+        steps = max(self.trainer.estimated_stepping_batches, 1)
+        schedule = RunLengthCosine(optimizer, steps) if hp.lr_schedule == "cosine" else ConstantLR(optimizer, 1.0, 0)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class RunLengthCosine(CosineAnnealingLR):
+    """A cosine that keeps this run's length when it loads a checkpoint's state: resumed with a longer --max_epochs,
+    it would reach zero at the old end, then climb. From the resumed step on, the learning rate is what a run
+    planned this long from the start would have (so an extended finished run's rises)."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        steps = self.T_max
+        super().load_state_dict(state_dict)
+        if self.T_max != steps:  # else the checkpoint's learning rate stands, to the bit
+            self.T_max, progress = steps, min(self.last_epoch, steps) / steps
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+                group["lr"] = self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * progress)) / 2

@@ -18,8 +18,7 @@ class SimpleNN(nn.Module):
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
-        self.flatten = nn.Flatten()
         self.linear = nn.Linear(math.prod(input_shape), num_classes)
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.linear(self.flatten(images))
+        return self.linear(images.flatten(1))  # each sample as one vector
