@@ -8,7 +8,10 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR
 from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+from torchmetrics.classification import (
+    MulticlassAccuracy,
+    MulticlassConfusionMatrix,  # only with_plots
+)
 
 from .model import NetworkFactory, SimpleNN
 
@@ -46,8 +49,10 @@ class Classifier(LightningModule):
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")  # one metric per stage: metrics hold state
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        # with_plots:
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
-        self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run
+        self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run, for plots
+        # end with_plots
 
     @property
     def example_input_array(self) -> Tensor:  # the model summary's, in the weights' dtype (--precision 16-true)
@@ -76,13 +81,18 @@ class Classifier(LightningModule):
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_loss, self.val_acc)
 
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self.test_confusion.update(self._evaluate(batch, "test", self.test_loss, self.test_acc), batch[1])
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self._evaluate(batch, "test", self.test_loss, self.test_acc)
+
+    # with_plots:
+    def on_test_batch_end(self, logits: Tensor, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx=0):
+        self.test_confusion.update(logits, batch[1])
 
     def on_test_epoch_end(self) -> None:
         self.test_confusion_matrix = self.test_confusion.compute()  # summed over DDP ranks
         self.test_confusion.reset()
 
+    # end with_plots
     def predict_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> Tensor:
         return self(batch[0] if isinstance(batch, list | tuple) else batch).softmax(dim=-1)  # labels are not used
 

@@ -158,8 +158,10 @@ def run_metrics(
     }
     record |= {"precision": trainer.precision, "batch_size": trainer.datamodule.hparams.batch_size} | settings
     record |= {"peak_host_mb": host, "peak_gpu_mb": gpu}
+    # with_plots:
     if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
         record["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
+    # end with_plots
     return record
 
 

@@ -1,7 +1,7 @@
 """Train with Lightning: fit, test the best checkpoint, write ``metrics.json`` (and plots) in the run folder.
 :mod:`mnist_lightning.core.cli` builds the objects; :func:`train` only runs them, so tests can call it directly."""
 
-import importlib.util
+import importlib.util  # only with_plots
 import os
 import signal
 import sys
@@ -62,6 +62,7 @@ def train(job: Training) -> dict[str, Any]:
         write_json(run_dir / "metrics.json", metrics)
         tested = "Not tested" if metrics["test/acc"] is None else f"Test accuracy {100 * metrics['test/acc']:.2f} %"
         print(f"\n{tested} after epoch {metrics['epochs']}. Run folder: {run_dir}")  # before plots that may fail
+        # with_plots:
         if importlib.util.find_spec("matplotlib") and not trainer.fast_dev_run:  # no plots of a smoke test
             from .plots import save_plots  # matplotlib's import is slow: only runs that plot pay for it
 
@@ -69,6 +70,7 @@ def train(job: Training) -> dict[str, Any]:
                 print(f"Plot: {path}")
         elif not trainer.fast_dev_run:
             print('Plots: pip install -e ".[plots]" for learning curves and a confusion matrix.')
+        # end with_plots
     return metrics
 
 
@@ -112,8 +114,9 @@ def where_the_run_stands(job: Training | None) -> str:
     results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
     # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
     if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
-        plots = f"python -m mnist_lightning.core.plots {run_dir}"
-        return f"the run is complete, its results are in {results}. To draw its plots later: {plots}"
+        complete = f"the run is complete, its results are in {results}."
+        complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
+        return complete
     if (last := run_dir.resolve() / "checkpoints" / "last.ckpt").is_file():  # as the resume command names it
         return f"{last} holds the epochs finished before. Resume with:\n  {resume.resume_hint(run_dir)}"
     return "there is nothing to resume yet. Run the same command again."
