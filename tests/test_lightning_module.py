@@ -80,7 +80,8 @@ def test_the_network_is_built_for_the_datas_sizes():
 
     model = Classifier([3, 8, 8], 4, net=factory)  # e.g. small colour pictures of 4 classes
     assert built == [((3, 8, 8), 4)]
-    assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 4) and model.test_confusion.num_classes == 4
+    assert model(torch.zeros(2, 3, 8, 8)).shape == (2, 4)
+    assert model.test_confusion.num_classes == 4  # only with_plots
     assert (model.hparams.input_shape, model.hparams.num_classes) == ([3, 8, 8], 4)
     ready_made = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     assert Classifier(*MNIST, net=lambda shape, classes: ready_made).net is ready_made

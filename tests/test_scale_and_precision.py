@@ -58,7 +58,7 @@ def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
     assert "Warning" not in result.stderr.decode() and "DistributedSampler" not in result.stderr.decode()
     metrics = json.loads((output_dir / "metrics.json").read_text())
     assert metrics["devices"] == 2 and metrics["test/acc"] > 0.9
-    assert sum(map(sum, metrics["test/confusion_matrix"])) == FAKE_TEST + 1
+    assert sum(map(sum, metrics["test/confusion_matrix"])) == FAKE_TEST + 1  # only with_plots
     # Each rank trained on its own half: 1,000 training images, batch 100 -> 5 steps per rank per epoch.
     steps = [line for line in (output_dir / "logs" / "metrics.csv").read_text().splitlines()[1:] if line.split(",")[0]]
     assert steps  # the CSV logger wrote, once

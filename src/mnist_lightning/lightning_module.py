@@ -44,11 +44,10 @@ class Classifier(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
-        # Losses are means over samples, NaN kept: a diverged run shows.
+        # A metric object per stage, as they hold state; losses are means over samples, NaN kept: a diverged run shows.
         self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")  # one metric per stage: metrics hold state
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes, average="micro") for _ in range(2))
         # with_plots:
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
         self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run, for plots
