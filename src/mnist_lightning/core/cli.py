@@ -152,7 +152,7 @@ def build_training(config: Namespace) -> Training:
         record_text = build_parser().dump(record, skip_none=False)
         record_classes(model, datamodule, config)
 
-        callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text)), StopTogether()]
+        callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text))]
         callbacks += [EpochTimer(built.max_time, interval="epoch")] * (built.max_time is not None)
         # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
         validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
@@ -175,6 +175,8 @@ def build_training(config: Namespace) -> Training:
         settings = {"callbacks": callbacks, "logger": logger, "plugins": plugins, "max_time": None}  # EpochTimer
         with workarounds.lightning_notes_ignored():
             trainer = Trainer(**arguments_of(Trainer, built) | settings, default_root_dir=run_dir)
+        if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
+            trainer.callbacks.append(StopTogether())
         if trainer.is_global_zero:
             with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all
                 file.write(record_text.encode())

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -29,8 +30,7 @@ def train(job: Training) -> dict[str, Any]:
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
-    together = next(c for c in trainer.callbacks if isinstance(c, StopTogether))
-    if together.any_received(trainer) or trainer.received_sigterm:  # (Lightning's own note: in a caller's handler)
+    if trainer.received_sigterm or any(c.any_received(trainer) for c in stop_together(trainer)):
         raise SIGTERMException
     spent = any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)  # --max_time
     # No step taken: by a new run, or by a resumed one out of time (not one resumed only to be tested).
@@ -97,13 +97,20 @@ def main(argv: list[str] | None = None) -> int:
                 raise KeyboardInterrupt from error
             raise
 
-    def stops_itself() -> bool:  # on SIGTERM: a fit stops after a batch, every process after the same one
+    def stops_itself() -> bool:  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
         state = job.trainer.state if job else None
-        if fitting := bool(state and state.fn == TrainerFn.FITTING and not state.stopped):
-            next(c for c in job.trainer.callbacks if isinstance(c, StopTogether)).received = True
-        return fitting
+        if not (state and state.fn == TrainerFn.FITTING and not state.stopped):
+            return False
+        for together in stop_together(job.trainer):  # from the fit's start: the other processes may be joining
+            together.received = True
+        # One process: noted by Lightning's handler, which calls this one once the fit's setup is done.
+        return job.trainer.world_size > 1 or job.trainer.received_sigterm
 
     return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job), exiting=argv is None)
+
+
+def stop_together(trainer: Trainer) -> list[StopTogether]:
+    return [c for c in trainer.callbacks if isinstance(c, StopTogether)]  # a distributed run's (cli.build_training)
 
 
 def where_the_run_stands(job: Training | None) -> str:
