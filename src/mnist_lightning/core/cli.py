@@ -7,6 +7,7 @@ import inspect
 import itertools
 import logging
 import os
+import signal
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import yaml
 from annotated_types import Ge
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, set_loader
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
+from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
@@ -128,10 +129,24 @@ def build_training(config: Namespace) -> Training:
     devices.check_gpu(config.accelerator)
     checks.check_launched(config.num_nodes)
     weights = config.ckpt_path  # a resumed run's own start is in its record, read before a restart clears it
-    if weights == "last":
+    if resumed := weights == "last":
         weights = yaml.safe_load((Path(config.output_dir) / records.RUN_RECORD).read_text()).get("ckpt_path")
-    run_dir, resuming = choose_run_dir(config)
+    if rank_zero_only.rank > 0:  # rank 0 has chosen (and passed it on), or torchrun gave every process the folder
+        if not (shared := config.output_dir or os.environ.get(RUN_DIR_VARIABLE)):
+            raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
+        run_dir = Path(shared)
+    elif resumed:
+        records.lock(run_dir := Path(config.output_dir))  # one run at a time in a folder
+        if (last := run_dir / "checkpoints" / "last.ckpt").is_file():
+            epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
+            refuse_finished_run(run_dir, epochs, config.max_epochs)
+        elif not records.clear_unstarted_run(run_dir):  # else killed (kill -9) before its first checkpoint: restarted
+            raise UserError(f"{last} is gone: test (evaluate.py) or fine-tune (--ckpt_path) its other checkpoints.")
+    else:
+        run_dir = records.new_run_dir(config.output_dir)
+    os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     last = run_dir / "checkpoints" / "last.ckpt"
+    resuming = resumed and last.is_file()
     try:
         # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
         seed_everything(config.seed, workers=True, verbose=False)
@@ -147,10 +162,16 @@ def build_training(config: Namespace) -> Training:
             datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
         # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept
         # here would stop every later resume at once (Lightning's Timer counts the whole run's time).
-        record = config.clone()
-        record.output_dir, record.max_time, record.ckpt_path = None, None, weights
+        record = config.clone().update(Namespace(output_dir=None, max_time=None, ckpt_path=weights))
         record_text = build_parser().dump(record, skip_none=False)
-        record_classes(model, datamodule, config)
+        # Class paths and settings as hyperparameters, as LightningCLI keeps them: load_from_checkpoint rebuilds any
+        # --net and --data with Lightning's instantiate_module, with no pickled code in the checkpoint.
+        chosen, instantiator = config.as_dict(), {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
+        if callable(net := chosen["net"]):  # a function that builds the network: kept as its import path
+            net = f"{net.__module__}.{net.__qualname__}"
+        model.save_hyperparameters({**model.hparams, "net": net, "_class_path": MODEL, **instantiator})
+        data = chosen["data"]  # its init_args hold at least batch_size
+        datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
         callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text))]
         callbacks += [EpochTimer(built.max_time, interval="epoch")] * (built.max_time is not None)
@@ -172,11 +193,12 @@ def build_training(config: Namespace) -> Training:
         callbacks += [LearningRateMonitor(logging_interval="step")] * bool(logger)
         plugins = as_list(built.plugins)  # a CheckpointIO of the user's own replaces the atomic one
         plugins += [checkpoints.AtomicCheckpointIO()] * (not any(isinstance(p, CheckpointIO) for p in plugins))
-        settings = {"callbacks": callbacks, "logger": logger, "plugins": plugins, "max_time": None}  # EpochTimer
-        with workarounds.lightning_notes_ignored():
-            trainer = Trainer(**arguments_of(Trainer, built) | settings, default_root_dir=run_dir)
+        settings = dict(callbacks=callbacks, logger=logger, plugins=plugins, max_time=None, default_root_dir=run_dir)
+        with workarounds.lightning_notes_ignored():  # max_time: EpochTimer's
+            trainer = Trainer(**arguments_of(Trainer, built) | settings)
         if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
             trainer.callbacks.append(StopTogether())
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the processes have joined: StopTogether
         if trainer.is_global_zero:
             with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all
                 file.write(record_text.encode())
@@ -189,40 +211,6 @@ def build_training(config: Namespace) -> Training:
 
 def arguments_of(cls: type, config: Namespace | dict) -> dict[str, Any]:
     return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
-
-
-def record_classes(model: LightningModule, datamodule: LightningDataModule, config: Namespace) -> None:
-    """Class paths and settings as hyperparameters, as LightningCLI keeps them: ``load_from_checkpoint`` rebuilds any
-    --net and --data with Lightning's ``instantiate_module``, with no pickled code in the checkpoint."""
-    settings, instantiator = config.as_dict(), "lightning.pytorch.cli.instantiate_module"
-    chosen = arguments_of(model_class(), settings)
-    if callable(net := chosen["net"]):  # a function that builds the network: kept as its import path
-        chosen["net"] = f"{net.__module__}.{net.__qualname__}"
-    model.save_hyperparameters({**model.hparams, **chosen, "_class_path": MODEL, "_instantiator": instantiator})
-    data = {**(settings["data"].get("init_args") or {}), "_class_path": settings["data"]["class_path"]}
-    datamodule.save_hyperparameters({**data, "_instantiator": instantiator})
-
-
-def choose_run_dir(config: Namespace) -> tuple[Path, bool]:
-    """This run's folder and whether it resumes a run there: rank 0 decides, the DDP ranks inherit it."""
-    if rank_zero_only.rank > 0:  # rank 0 has chosen (and passed it on), or torchrun gave every process the folder
-        if not (shared := config.output_dir or os.environ.get(RUN_DIR_VARIABLE)):
-            raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
-        run_dir = Path(shared)
-    elif config.ckpt_path == "last":
-        run_dir, last = Path(config.output_dir), Path(config.output_dir, "checkpoints", "last.ckpt")
-        records.lock(run_dir)  # one run at a time in a folder
-        if last.is_file():
-            epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
-            refuse_finished_run(run_dir, epochs, config.max_epochs)
-        elif not records.clear_unstarted_run(run_dir):  # else killed (kill -9) before its first checkpoint: restarted
-            raise UserError(
-                f"{last} is gone: test or fine-tune its run's other checkpoints (evaluate.py, train.py --ckpt_path)."
-            )
-    else:
-        run_dir = records.new_run_dir(config.output_dir)
-    os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
-    return run_dir, config.ckpt_path == "last" and (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 
 def as_list(value: Any) -> list:

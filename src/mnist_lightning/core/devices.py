@@ -18,6 +18,5 @@ def check_gpu(accelerator: object) -> None:
     """Lightning says only "No supported gpu backend found!": the reason is what a user needs. (It refuses "GPU".)"""
     usable = torch.cuda.is_available() or (accelerator == "gpu" and torch.backends.mps.is_available())
     if accelerator in ("gpu", "cuda") and not usable:
-        raise UserError(
-            f"--accelerator {accelerator} asks for a GPU, but none can be used: {why_no_cuda()}. Use --accelerator cpu."
-        )
+        why = f"asks for a GPU, but none can be used: {why_no_cuda()}"
+        raise UserError(f"--accelerator {accelerator} {why}. Use --accelerator cpu.")

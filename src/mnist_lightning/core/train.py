@@ -53,11 +53,10 @@ def train(job: Training) -> dict[str, Any]:
             kept = f"{last} keeps the trained epochs: once that is fixed, `{resume.resume_hint(run_dir)}` tests it."
             error.args = (f"{error} {kept}",)
         raise
-    score = best.best_model_score if best else None
+    score, seed = best and best.best_model_score, int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
     test = results[0] if results else {}  # none with --limit_test_batches 0
     metrics = run_metrics(trainer, model, test=test, epochs=trainer.current_epoch, history=rows, fit_seconds=seconds)
-    metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path}
-    metrics["seed"] = int(os.environ.get("PL_GLOBAL_SEED", 0))  # what seed_everything set
+    metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path, "seed": seed}
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
         tested = "Not tested" if metrics["test/acc"] is None else f"Test accuracy {100 * metrics['test/acc']:.2f} %"
@@ -81,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> None:
         nonlocal job
         job = build_training(parse_args(argv))
-        if job.trainer.world_size > 1:  # until the processes have joined: see StopTogether
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             train(job)
         except BaseException as error:
