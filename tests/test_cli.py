@@ -14,6 +14,7 @@ from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor
 
+from mnist_lightning.core.callbacks import StopTogether
 from mnist_lightning.core.checkpoints import load_checkpoint
 from mnist_lightning.core.cli import build_parser, build_training, parse_args
 from mnist_lightning.core.train import main, train
@@ -94,6 +95,7 @@ def test_callbacks_by_class_path_are_built_and_the_learning_rate_is_logged(fake_
     training = build_training(parse_args([*flags, "--callbacks.mode=max"]))
     kinds = {type(callback) for callback in training.trainer.callbacks}
     assert {EarlyStopping, LearningRateMonitor} <= kinds
+    assert StopTogether not in kinds  # only a multi-process run needs it: Lightning calls every callback every step
     train(training)
     header = (tmp_path / "run" / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "lr-Adam" in header and "train/loss" in header
