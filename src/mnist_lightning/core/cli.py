@@ -4,6 +4,7 @@ a class path, their arguments as ``--net.NAME``. Each run records its resolved c
 """
 
 import inspect
+import itertools
 import logging
 import os
 import signal
@@ -109,11 +110,12 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:  # jsonargparse would drop it for the linked one
         raise UserError(checks.batch_size_refused("--data.batch_size"))
-    config = build_parser().parse_args(argv)
-    if config.ckpt_path == "last":  # resumed from the run's record, with only the flags resume.py's own parser takes
-        if config.config:
-            raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
-        config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv])
+    # A typed --ckpt_path last resumes from the run's record, with only the flags resume.py's own parser takes.
+    given = [a.partition("=")[2] or v for a, v in itertools.pairwise([*argv, ""]) if a.startswith("--ckpt_path")]
+    resuming = given[-1:] == ["last"]
+    config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
+    if config.ckpt_path == "last" and not resuming:
+        raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
     checks.check_schedule(config)
     return config
 
