@@ -36,12 +36,9 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     try:
         model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
-    except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
-        problem = f"{path} was trained with settings or classes that cannot be built here ({error})"
-        raise UserError(f"{problem}. Make its --net and --data importable (PYTHONPATH).") from error
-    except RuntimeError as error:  # torch: the recorded network cannot take the weights
-        problem = f"{path} holds weights its recorded network cannot take ({error})"
-        raise UserError(f"{problem}: the network's code has changed since, or the file was edited.") from error
+    except (ArgumentError, ImportError, RuntimeError) as error:  # a class not importable, or its code changed since
+        needs = "the code of its --net and --data as it was trained, importable (PYTHONPATH)"
+        raise UserError(f"{path} cannot be loaded here ({error}): it needs {needs}.") from error
     finally:
         read_contents.cache_clear()
     refuse_non_finite(model, path)

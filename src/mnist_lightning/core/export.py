@@ -13,7 +13,7 @@ from jsonargparse import ArgumentParser, Namespace
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser
 from .errors import UserError, run_main
-from .records import json_text, lock, replaced
+from .records import discard_new_run, json_text, lock, release, replaced
 
 
 def build_parser() -> ArgumentParser:
@@ -44,11 +44,15 @@ def export(config: Namespace) -> None:
     spec["output"] = {"name": "logits", "dtype": "float32", "shape": ["batch", model.hparams.num_classes]}
     files["preprocessing.json"] = json_text(spec | getattr(data, "preprocessing", dict)()).encode()
     output_dir = Path(config.output_dir or Path(config.ckpt_path).resolve().parent / "exports")
+    made, earlier = not output_dir.exists(), {name for name in files if (output_dir / name).exists()}
     lock(output_dir)  # a folder that cannot be written, or one (or inside one) that a command is writing: refused
-    earlier = {name for name in files if (output_dir / name).exists()}
-    with ExitStack() as stack:
-        for name, content in files.items():
-            stack.enter_context(replaced(output_dir / name)).write(content)
+    try:
+        with ExitStack() as stack:
+            for name, content in files.items():
+                stack.enter_context(replaced(output_dir / name)).write(content)
+    except BaseException:  # a folder made here goes too
+        discard_new_run(output_dir) if made else release(output_dir)
+        raise
     for name in files:
         print(f"Wrote {output_dir / name}" + " (replaced the earlier one)" * (name in earlier))
 
