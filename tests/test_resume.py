@@ -374,7 +374,7 @@ def test_a_record_edited_or_cut_short_is_refused_and_the_run_left_as_it_was(clip
     err = capsys.readouterr().err
     message = one_line(err)
     assert str(record) in message and "Traceback" not in err and "\n\n" not in err.strip(), err
-    assert "is not the record" in message and "edited, cut short or damaged" in message, message
+    assert "is not the record" in message and "edited or damaged since" in message, message
     assert record.read_text() == before and last.read_bytes() == weights and not (run / "metrics.json").exists()
 
 

@@ -126,7 +126,6 @@ def run_checkpoints(dirpath: Path, validated: bool = True) -> list[RunCheckpoint
     the resume point, rewritten at every epoch's end (``save_last=True`` would rewrite it only when the monitored
     metric improved). A resumed run trains its stopped epoch again, on the same batches."""
     last = RunCheckpoint(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)
-    if not validated:
-        return [last]
     filename = "best-epoch{epoch:02d}-acc{val/acc:.4f}"
-    return [RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max"), last]
+    best = RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max")
+    return [best, last] if validated else [last]

@@ -4,6 +4,7 @@ preprocessing.json says so, with the data module's recipe for inputs where it ha
 
 import importlib.util
 import io
+import shutil
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from jsonargparse import ArgumentParser, Namespace
 from .checkpoints import load_checkpoint
 from .cli import USER_ERRORS, Parser
 from .errors import UserError, run_main
-from .records import discard_new_run, json_text, lock, release, replaced
+from .records import json_text, lock, replaced
 
 
 def build_parser() -> ArgumentParser:
@@ -44,14 +45,16 @@ def export(config: Namespace) -> None:
     spec["output"] = {"name": "logits", "dtype": "float32", "shape": ["batch", model.hparams.num_classes]}
     files["preprocessing.json"] = json_text(spec | getattr(data, "preprocessing", dict)()).encode()
     output_dir = Path(config.output_dir or Path(config.ckpt_path).resolve().parent / "exports")
-    made, earlier = not output_dir.exists(), {name for name in files if (output_dir / name).exists()}
+    made = next((path for path in (*reversed(output_dir.parents), output_dir) if not path.exists()), None)
     lock(output_dir)  # a folder that cannot be written, or one (or inside one) that a command is writing: refused
+    earlier = {name for name in files if (output_dir / name).exists()}
     try:
         with ExitStack() as stack:
             for name, content in files.items():
                 stack.enter_context(replaced(output_dir / name)).write(content)
-    except BaseException:  # a folder made here goes too
-        discard_new_run(output_dir) if made else release(output_dir)
+    except BaseException:  # the folders made here go too (errors.run_main lets go of the lock)
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
         raise
     for name in files:
         print(f"Wrote {output_dir / name}" + " (replaced the earlier one)" * (name in earlier))

@@ -27,14 +27,6 @@ UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard"}
 _held: dict[Path, FileLock] = {}  # the folders this process holds
 
 
-class OutputDirError(UserError):
-    """The run folder cannot be used; the message says why."""
-
-
-class FolderInUse(OutputDirError):
-    """Another command, still running, holds the folder."""
-
-
 def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
     """The folder for a new run, made and locked: ``output_dir`` if given and unused, else a new runs/<time>."""
     if output_dir is None:
@@ -49,7 +41,7 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
     if any(path.name != LOCK_FILE for path in output_dir.iterdir()) and not clear_unstarted_run(output_dir):
         release(output_dir)
-        raise OutputDirError(f"{output_dir} already holds files from an earlier run: pass another --output_dir.")
+        raise UserError(f"{output_dir} already holds files from an earlier run: pass another --output_dir.")
     return output_dir
 
 
@@ -86,10 +78,10 @@ def lock(folder: Path) -> None:
         (folder / LOCK_FILE).write_text(f"process {os.getpid()}: {shlex.join(sys.argv)}\n", errors="backslashreplace")
     except Timeout as error:  # the lock file names its holder
         holder = Path(error.lock_file).read_text().strip() or "another process"
-        raise FolderInUse(f"{Path(error.lock_file).parent} is in use by {holder}, which has not ended.") from None
+        raise UserError(f"{Path(error.lock_file).parent} is in use by {holder}, which has not ended.") from None
     except (OSError, ValueError) as error:
         problem = getattr(error, "strerror", None) or error
-        raise OutputDirError(f"{folder} cannot be written: {problem}. Pass another --output_dir.") from error
+        raise UserError(f"{folder} cannot be written: {problem}. Pass another --output_dir.") from error
     _held[key] = held
     for left in [*folder.glob(".*.partial"), *folder.glob("checkpoints/.*.partial")]:  # see replaced
         left.unlink()
@@ -173,19 +165,13 @@ class CSVLog(CSVLogger):
             raise WriteError(Path(self.log_dir, "hparams.yaml"), error) from error
 
     @rank_zero_only
-    def save(self) -> None:  # Lightning calls it at every logging step
-        experiment, path = self.experiment, Path(self.experiment.metrics_file_path)
-        size = path.stat().st_size if path.is_file() else 0  # (0: none, as Lightning writes a header first)
-        # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here.
-        new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
-        before = path.read_bytes() if size and new_column else None
+    def save(self) -> None:  # Lightning calls it at every logging step, to append rows or rewrite the file
+        path = Path(self.experiment.metrics_file_path)
+        before = path.read_bytes() if path.is_file() else None
         try:
             super().save()
         except OSError as error:
-            experiment.metrics.clear()
+            self.experiment.metrics.clear()
             with suppress(OSError):
-                if before is not None:
-                    path.write_bytes(before)
-                else:
-                    os.truncate(path, size) if size else path.unlink()
+                path.write_bytes(before) if before is not None else path.unlink()
             raise WriteError(path, error) from error
