@@ -167,7 +167,7 @@ def test_a_resume_after_the_networks_code_changed_is_refused_and_the_run_left_as
 def test_a_folder_with_results_is_not_cleared(finished, capsys):
     assert main(["--output_dir", str(finished), "--max_epochs", "1"]) == 2
     message = one_line(capsys.readouterr().err)
-    assert "already holds files" in message and "Pass a new --output_dir" in message
+    assert "already holds files" in message and "pass another --output_dir" in message
     assert (finished / "metrics.json").is_file() and (finished / "checkpoints" / "last.ckpt").is_file()
 
 

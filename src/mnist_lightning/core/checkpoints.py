@@ -37,8 +37,8 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
         model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except (ArgumentError, ImportError, RuntimeError) as error:  # a class not importable, or its code changed since
-        needs = "the code of its --net and --data as it was trained, importable (PYTHONPATH)"
-        raise UserError(f"{path} cannot be loaded here ({error}): it needs {needs}.") from error
+        causes = "its --net or --data code is not importable (PYTHONPATH) or has changed since, or the file was edited"
+        raise UserError(f"{path} cannot be loaded here ({error}): {causes}.") from error
     finally:
         read_contents.cache_clear()
     refuse_non_finite(model, path)
@@ -89,7 +89,7 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
 
 def refuse_non_finite(model: LightningModule, path: str | Path) -> None:
     """Weights train.py never keeps (callbacks.EpochHistory stops a diverged run first): an edited or foreign file."""
-    if not all(weights.isfinite().all() for weights in model.net.state_dict().values() if weights.is_floating_point()):
+    if not all(weights.isfinite().all() for weights in model.parameters()):
         raise UserError(f"{path} holds weights that are not finite (NaN or infinity): pass another checkpoint.")
 
 
@@ -104,8 +104,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Serialized in memory first, as Lightning's own _atomic_save: a short write is then the OSError that says why."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
+        torch.save(checkpoint, buffer := io.BytesIO())
         with replaced(Path(path)) as file:
             file.write(buffer.getbuffer())
 

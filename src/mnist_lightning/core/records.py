@@ -39,17 +39,18 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
                 break
     output_dir = Path(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
-    if any(path.name != LOCK_FILE for path in output_dir.iterdir()) and not clear_unstarted_run(output_dir):
+    if not clear_unstarted_run(output_dir):
         release(output_dir)
         raise UserError(f"{output_dir} already holds files from an earlier run: pass another --output_dir.")
     return output_dir
 
 
 def clear_unstarted_run(folder: Path) -> bool:
-    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves, to start it over."""
+    """Whether ``folder`` can take a run: it holds nothing, or only what a run killed before its first checkpoint
+    leaves, which is cleared to start it over."""
     entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
     names = {path.name for path in entries}
-    if RUN_RECORD not in names or names - UNSTARTED_RUN_ENTRIES or any(folder.glob("checkpoints/*.ckpt")):
+    if (names and not {RUN_RECORD} <= names <= UNSTARTED_RUN_ENTRIES) or any(folder.glob("checkpoints/*.ckpt")):
         return False
     for path in entries:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
