@@ -36,12 +36,9 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     try:
         model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
-    except (ArgumentError, ImportError) as error:  # a class not importable here, or settings of another program
-        problem = f"{path} was trained with settings or classes that cannot be built here ({error})"
-        raise UserError(f"{problem}. Make its --net and --data importable (PYTHONPATH).") from error
-    except RuntimeError as error:  # torch: the recorded network cannot take the weights
-        problem = f"{path} holds weights its recorded network cannot take ({error})"
-        raise UserError(f"{problem}: the network's code has changed since, or the file was edited.") from error
+    except (ArgumentError, ImportError, RuntimeError) as error:  # a class not importable, or its code changed since
+        causes = "its --net or --data code is not importable (PYTHONPATH) or has changed since, or the file was edited"
+        raise UserError(f"{path} cannot be loaded here ({error}): {causes}.") from error
     finally:
         read_contents.cache_clear()
     refuse_non_finite(model, path)
@@ -92,7 +89,7 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
 
 def refuse_non_finite(model: LightningModule, path: str | Path) -> None:
     """Weights train.py never keeps (callbacks.EpochHistory stops a diverged run first): an edited or foreign file."""
-    if not all(weights.isfinite().all() for weights in model.net.state_dict().values() if weights.is_floating_point()):
+    if not all(weights.isfinite().all() for weights in model.parameters()):
         raise UserError(f"{path} holds weights that are not finite (NaN or infinity): pass another checkpoint.")
 
 
@@ -107,8 +104,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Serialized in memory first, as Lightning's own _atomic_save: a short write is then the OSError that says why."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
-        buffer = io.BytesIO()
-        torch.save(checkpoint, buffer)
+        torch.save(checkpoint, buffer := io.BytesIO())
         with replaced(Path(path)) as file:
             file.write(buffer.getbuffer())
 
@@ -129,7 +125,6 @@ def run_checkpoints(dirpath: Path, validated: bool = True) -> list[RunCheckpoint
     the resume point, rewritten at every epoch's end (``save_last=True`` would rewrite it only when the monitored
     metric improved). A resumed run trains its stopped epoch again, on the same batches."""
     last = RunCheckpoint(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)
-    if not validated:
-        return [last]
     filename = "best-epoch{epoch:02d}-acc{val/acc:.4f}"
-    return [RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max"), last]
+    best = RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max")
+    return [best, last] if validated else [last]

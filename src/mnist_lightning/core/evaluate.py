@@ -2,8 +2,8 @@
 keys of training's, and config.yaml, its options, in a new run folder."""
 
 import logging
+from typing import Any
 
-import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch import Trainer
 
@@ -31,7 +31,7 @@ def add_checkpoint_options(parser: ArgumentParser) -> None:
     the accelerator to run it on."""
     parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
     parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
-    parser.add_argument("--data", type=dict, default={}, help="Data module arguments to change: --data.data_dir DIR.")
+    parser.add_argument("--data", type=dict[str, Any], default={}, help="Data module arguments: --data.data_dir DIR.")
     parser.add_argument("--batch_size", type=BatchSize | None, default=None, help="Unset: the training run's.")
 
 
@@ -40,10 +40,8 @@ def load_with_overrides(config: Namespace) -> Checkpoint:
     command that runs it on ``config.accelerator`` (checked first) and prints its results, not the device banners."""
     check_gpu(config.accelerator)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    # --data.NAME VALUE arrive as text, as from a YAML file; the data module's signature then checks each.
-    overrides = {key: yaml.safe_load(text) if isinstance(text, str) else text for key, text in config.data.items()}
-    overrides |= {"batch_size": config.batch_size} if config.batch_size is not None else {}
-    return load_checkpoint(config.ckpt_path, **overrides)
+    batch_size = {"batch_size": config.batch_size} if config.batch_size else {}
+    return load_checkpoint(config.ckpt_path, **config.data | batch_size)  # the data module's signature checks them
 
 
 def evaluate(config: Namespace) -> None:

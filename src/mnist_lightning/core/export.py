@@ -4,6 +4,7 @@ preprocessing.json says so, with the data module's recipe for inputs where it ha
 
 import importlib.util
 import io
+import shutil
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -44,11 +45,17 @@ def export(config: Namespace) -> None:
     spec["output"] = {"name": "logits", "dtype": "float32", "shape": ["batch", model.hparams.num_classes]}
     files["preprocessing.json"] = json_text(spec | getattr(data, "preprocessing", dict)()).encode()
     output_dir = Path(config.output_dir or Path(config.ckpt_path).resolve().parent / "exports")
+    made = next((path for path in (*reversed(output_dir.parents), output_dir) if not path.exists()), None)
     lock(output_dir)  # a folder that cannot be written, or one (or inside one) that a command is writing: refused
     earlier = {name for name in files if (output_dir / name).exists()}
-    with ExitStack() as stack:
-        for name, content in files.items():
-            stack.enter_context(replaced(output_dir / name)).write(content)
+    try:
+        with ExitStack() as stack:
+            for name, content in files.items():
+                stack.enter_context(replaced(output_dir / name)).write(content)
+    except BaseException:  # the folders made here go too (errors.run_main lets go of the lock)
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
     for name in files:
         print(f"Wrote {output_dir / name}" + " (replaced the earlier one)" * (name in earlier))
 

@@ -53,7 +53,7 @@ def read_inputs(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list
             rows.append({"input": name, "status": status, "note": str(error).strip()})
             print(f"Skipped {name}: {rows[-1]['note']}.", file=sys.stderr)
         else:
-            rows += [{"input": f"{name}[{i}]" if len(got) > 1 else name} for i in range(len(got))]
+            rows += [{"input": f"{name}[{i}]" if len(got) > 1 else name, "status": "ok"} for i in range(len(got))]
             samples.append(got)
     return rows, samples
 
@@ -61,24 +61,22 @@ def read_inputs(inputs: list[str], data, shape: tuple) -> tuple[list[dict], list
 def predict(config: Namespace) -> None:
     if output := config.output:  # before any work
         if output.suffix not in (".csv", ".json") or output.name in RUN_FILES or output.is_dir():
-            raise UserError(f"--output {output}: give a .csv or .json file of its own (not {', '.join(RUN_FILES)}).")
+            raise UserError(f"--output {output}: give a .csv or .json file of its own, not a run's record.")
         try:  # tried, not asked: os.access says yes to root even where nothing can be written (/proc)
             tempfile.TemporaryFile(dir=next(folder for folder in output.parents if folder.exists())).close()
         except OSError as error:
             raise UserError(f"--output {output} cannot be written: {error.strerror.lower()}.") from error
     model, data, _ = load_with_overrides(config)
     rows, samples = read_inputs(config.inputs, data, tuple(model.hparams.input_shape))
-    if all(row.get("status") == "skipped" for row in rows):
+    if all(row["status"] == "skipped" for row in rows):
         raise UserError(f"No input could be read: pass files that {type(data).__name__}.read_file() reads, or none.")
     with lightning_notes_ignored():
         trainer = Trainer(accelerator=config.accelerator, devices=1, logger=False, enable_progress_bar=False)
-    batches = trainer.predict(model, DataLoader(torch.cat(samples), data.hparams.batch_size)) if samples else []
-    best = zip(*torch.cat(batches).max(dim=1), strict=True) if batches else None
-    for i, row in enumerate(rows):  # those without a status yet are the predicted ones, in order
-        if "status" not in row:
-            confidence, prediction = next(best)
-            row |= {"status": "ok", "prediction": prediction.item(), "confidence": confidence.item()}
-        rows[i] = dict.fromkeys(["input", "status", "prediction", "confidence", "note"]) | row
+    if predicted := [row for row in rows if row["status"] == "ok"]:  # none if every input is blank or skipped
+        scores = torch.cat(trainer.predict(model, DataLoader(torch.cat(samples), data.hparams.batch_size)))
+        for row, confidence, prediction in zip(predicted, *scores.max(dim=1), strict=True):
+            row |= {"prediction": prediction.item(), "confidence": confidence.item()}
+    rows = [dict.fromkeys(["input", "status", "prediction", "confidence", "note"]) | row for row in rows]
     csv.writer(text := io.StringIO(), lineterminator="\n").writerows([rows[0].keys(), *(row.values() for row in rows)])
     if output:
         with replaced(output) as file:  # whole or not at all, even if stopped

@@ -3,7 +3,6 @@ same keys for training and evaluation, and files appear whole or not at all."""
 
 import json
 import os
-import resource
 import shlex
 import shutil
 import sys
@@ -28,14 +27,6 @@ UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard"}
 _held: dict[Path, FileLock] = {}  # the folders this process holds
 
 
-class OutputDirError(UserError):
-    """The run folder cannot be used; the message says why."""
-
-
-class FolderInUse(OutputDirError):
-    """Another command, still running, holds the folder."""
-
-
 def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
     """The folder for a new run, made and locked: ``output_dir`` if given and unused, else a new runs/<time>."""
     if output_dir is None:
@@ -48,17 +39,18 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
                 break
     output_dir = Path(output_dir)
     lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
-    if any(path.name != LOCK_FILE for path in output_dir.iterdir()) and not clear_unstarted_run(output_dir):
+    if not clear_unstarted_run(output_dir):
         release(output_dir)
-        raise OutputDirError(f"{output_dir} already holds files from an earlier run: pass another --output_dir.")
+        raise UserError(f"{output_dir} already holds files from an earlier run: pass another --output_dir.")
     return output_dir
 
 
 def clear_unstarted_run(folder: Path) -> bool:
-    """Empty ``folder`` if it holds only what a run killed before its first checkpoint leaves, to start it over."""
+    """Whether ``folder`` can take a run: it holds nothing, or only what a run killed before its first checkpoint
+    leaves, which is cleared to start it over."""
     entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
     names = {path.name for path in entries}
-    if RUN_RECORD not in names or names - UNSTARTED_RUN_ENTRIES or any(folder.glob("checkpoints/*.ckpt")):
+    if (names and not {RUN_RECORD} <= names <= UNSTARTED_RUN_ENTRIES) or any(folder.glob("checkpoints/*.ckpt")):
         return False
     for path in entries:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -87,10 +79,10 @@ def lock(folder: Path) -> None:
         (folder / LOCK_FILE).write_text(f"process {os.getpid()}: {shlex.join(sys.argv)}\n", errors="backslashreplace")
     except Timeout as error:  # the lock file names its holder
         holder = Path(error.lock_file).read_text().strip() or "another process"
-        raise FolderInUse(f"{Path(error.lock_file).parent} is in use by {holder}, which has not ended.") from None
+        raise UserError(f"{Path(error.lock_file).parent} is in use by {holder}, which has not ended.") from None
     except (OSError, ValueError) as error:
         problem = getattr(error, "strerror", None) or error
-        raise OutputDirError(f"{folder} cannot be written: {problem}. Pass another --output_dir.") from error
+        raise UserError(f"{folder} cannot be written: {problem}. Pass another --output_dir.") from error
     _held[key] = held
     for left in [*folder.glob(".*.partial"), *folder.glob("checkpoints/.*.partial")]:  # see replaced
         left.unlink()
@@ -140,24 +132,22 @@ def json_text(data: dict) -> str:
     return json.dumps(json.loads(json.dumps(data), parse_constant=lambda name: None), indent=2) + "\n"
 
 
-def run_metrics(
-    trainer: Trainer, model: LightningModule, *, test: dict, epochs: int, history: list | None = None, **settings: Any
-) -> dict[str, Any]:
+def run_metrics(trainer: Trainer, model: LightningModule, test: dict, **record: Any) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
     device = trainer.strategy.root_device
-    # ru_maxrss is in KiB on Linux, in bytes on macOS.
-    host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
-    gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    record = {"test/acc": test.get("test/acc"), "test/loss": test.get("test/loss"), "accelerator": device.type}
-    record |= {"best_val/acc": settings.pop("best_val_acc", None), "fit_seconds": None, "best_checkpoint": None}
-    record |= {
-        "num_nodes": trainer.num_nodes,
-        "epochs": epochs,
-        "history": history or [],
+    record = {
+        "test/acc": test.get("test/acc"),
+        "test/loss": test.get("test/loss"),
+        "best_val/acc": None,
+        "fit_seconds": None,
+        "history": [],
+        "accelerator": device.type,
         "devices": trainer.num_devices,
-    }
-    record |= {"precision": trainer.precision, "batch_size": trainer.datamodule.hparams.batch_size} | settings
-    record |= {"peak_host_mb": host, "peak_gpu_mb": gpu}
+        "num_nodes": trainer.num_nodes,
+        "precision": trainer.precision,
+        "batch_size": trainer.datamodule.hparams.batch_size,
+        "peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+    } | record
     # with_plots:
     if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
         record["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
@@ -176,19 +166,13 @@ class CSVLog(CSVLogger):
             raise WriteError(Path(self.log_dir, "hparams.yaml"), error) from error
 
     @rank_zero_only
-    def save(self) -> None:  # Lightning calls it at every logging step
-        experiment, path = self.experiment, Path(self.experiment.metrics_file_path)
-        size = path.stat().st_size if path.is_file() else 0  # (0: none, as Lightning writes a header first)
-        # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here.
-        new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
-        before = path.read_bytes() if size and new_column else None
+    def save(self) -> None:  # Lightning calls it at every logging step, to append rows or rewrite the file
+        path = Path(self.experiment.metrics_file_path)
+        before = path.read_bytes() if path.is_file() else None
         try:
             super().save()
         except OSError as error:
-            experiment.metrics.clear()
+            self.experiment.metrics.clear()
             with suppress(OSError):
-                if before is not None:
-                    path.write_bytes(before)
-                else:
-                    os.truncate(path, size) if size else path.unlink()
+                path.write_bytes(before) if before is not None else path.unlink()
             raise WriteError(path, error) from error

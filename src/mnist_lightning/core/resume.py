@@ -47,8 +47,7 @@ def resumed_record(argv: list[str]) -> Path:
     record, last = run_dir / RUN_RECORD, run_dir / "checkpoints" / "last.ckpt"
     text = record.read_text(errors="replace") if record.is_file() else ""
     if last.is_file() and fingerprint(text) != read_checkpoint(last).get("record"):
-        problem = f"{record} is not the record {last} was trained with: edited, cut short or damaged since"
-        raise UserError(f"{problem}. Restore it from a copy of the run, or start a new run.")
+        raise UserError(f"{record} is not the record {last} was trained with (edited or damaged since): restore it.")
     evaluated = (run_dir / "metrics.json").is_file() and not any(last.parent.glob("*.ckpt"))  # it has a record too
     if not last.is_file() and (not text or evaluated):  # else train.py says what kept weights, if any, can do
         raise UserError(f"{run_dir} holds no run to resume: run its own command again, without --ckpt_path last.")
