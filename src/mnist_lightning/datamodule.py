@@ -58,6 +58,6 @@ class MNISTDataModule(InMemoryDataModule):
         if not self.datasets:  # once per process, for every stage (DDP's other ranks have no prepare_data)
             (images, labels), test = read_mnist(self, download)
             order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.hparams.split_seed))
-            val, train = order[: self.hparams.val_size], order[self.hparams.val_size :]  # not --seed: a fixed split
+            val, train = order.tensor_split([self.hparams.val_size])  # not --seed: a fixed split
             splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val]), "test": test}
             self.datasets = {name: Samples(normalize(x, self.mean, self.std), y) for name, (x, y) in splits.items()}

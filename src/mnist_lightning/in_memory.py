@@ -38,7 +38,7 @@ class InMemoryDataModule(LightningDataModule):
         warnings.filterwarnings("ignore", ".*Consider increasing the value of the `num_workers` argument*")
         ranks = (self.trainer and self.trainer.distributed_sampler_kwargs) or {"num_replicas": 1, "rank": 0}
         data, workers = self.datasets[split], self.hparams.num_workers
-        sampler = sampler(data, **ranks, **sampling) if sampler else None  # each process its share
+        sampler = sampler and sampler(data, **ranks, **sampling)  # each process its share
         options = {"collate_fn": tuple, "num_workers": workers, "persistent_workers": workers > 0}  # tuple: see Samples
         return DataLoader(data, self.hparams.batch_size, sampler=sampler, **options)
 

@@ -31,13 +31,13 @@ class BatchCheck(Callback):
         if batch_idx > 0:
             return
         shape, classes = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes
-        pair = isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
-        x, y = batch if pair else (None, None)
+        x, y = batch if isinstance(batch, list | tuple) and len(batch) == 2 else (batch, None)
+        pair = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
         # Finite samples of the weights' dtype (under autocast: any floating one); labels cross_entropy takes.
         mixed = "mixed" in str(trainer.precision)
         ok = pair and x.shape[1:] == shape and (x.dtype == pl_module.dtype or (mixed and x.is_floating_point()))
-        ok = ok and bool(x.isfinite().all()) and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1]
-        if not (ok and (not y.numel() or (0 <= y.min() and y.max() < classes))):
+        ok = ok and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1] and x.isfinite().all()
+        if not (ok and ((y >= 0) & (y < classes)).all()):
             name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader()"
             got = " and ".join(f"{t.dtype} {tuple(t.shape)}" for t in batch) if pair else f"a {type(batch).__name__}"
             raise UserError(
@@ -50,10 +50,9 @@ class BatchCheck(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
         if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
-            name = type(trainer.datamodule).__name__
             raise UserError(
-                f"The data module {name} gave no validation batch (its val_dataloader() is empty): give it samples, "
-                "or pass --limit_val_batches 0."
+                f"The data module {type(trainer.datamodule).__name__} gave no validation batch (its val_dataloader() "
+                "is empty): give it samples, or pass --limit_val_batches 0."
             )
 
     on_train_epoch_end = on_train_start
@@ -65,10 +64,9 @@ class EpochHistory(Callback):
     its checkpoints are written: no record gets a NaN."""
 
     def __init__(self, record: str | None = None) -> None:
-        self.record = record  # the fingerprint of the run's record (resume.fingerprint): a resume checks it
-        self.rows: list[dict] = []
-        self.fit_seconds_before = 0.0  # of a resumed run's earlier segments
-        self.first_step = 0  # the global step this process starts training from
+        # record: the fingerprint of the run's record (resume.fingerprint), which a resume checks; fit_seconds_before:
+        # of a resumed run's earlier segments; first_step: the global step this process starts training from.
+        self.record, self.rows, self.fit_seconds_before, self.first_step = record, [], 0.0, 0
         self.on_train_start()
 
     def fit_seconds(self) -> float:
@@ -94,28 +92,28 @@ class EpochHistory(Callback):
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
         if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
             epochs = f"/{trainer.max_epochs}" * (trainer.max_epochs > 0)  # -1: no limit
-            shown = [f"{name} {row[name]:.4f}" for name in RECORDED if name in row] + [f"{row['seconds']:.1f} s"]
-            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {', '.join(shown)}", flush=True)
+            shown = "".join(f"{name} {row[name]:.4f}, " for name in RECORDED if name in row)
+            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {shown}{row['seconds']:.1f} s", flush=True)
 
     def state_dict(self) -> dict:
         return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.rows, self.fit_seconds_before = list(state_dict["rows"]), float(state_dict.get("fit_seconds", 0.0))
+        self.rows, self.fit_seconds_before = state_dict["rows"], state_dict.get("fit_seconds", 0.0)
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         # The random generators' states, as plain values and tensors: Lightning keeps none, and a resumed run would
         # draw other dropouts and batches.
-        kind, keys, *rest = np.random.get_state()
+        kind, keys, *rest = np.random.get_state()  # its key as a list of ints, which set_state takes back
         states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *rest]}
-        cuda = {"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {}
-        checkpoint |= {"record": self.record, "random_states": states | cuda}
+        states["cuda"] = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+        checkpoint |= {"record": self.record, "random_states": states}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        self.first_step, states = checkpoint.get("global_step", 0), checkpoint["random_states"]
+        self.first_step, states = checkpoint["global_step"], checkpoint["random_states"]
         torch.set_rng_state(states["torch"])
         random.setstate(states["python"])
-        np.random.set_state(states["numpy"])  # which takes its key as the list of ints it was saved as
+        np.random.set_state(states["numpy"])
         if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:
             torch.cuda.set_rng_state_all(states["cuda"])
 
