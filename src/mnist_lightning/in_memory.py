@@ -32,7 +32,7 @@ class InMemoryDataModule(LightningDataModule):
 
     predict_dataloader = test_dataloader
 
-    def _loader(self, split: str, sampler: type | None = None, **sampling) -> DataLoader:
+    def _loader(self, split, sampler=None, **sampling) -> DataLoader:
         # Worker processes would only copy batches already in memory: Lightning's advice to add some counts cores,
         # not data, and is silenced as its docs say (advanced/warnings), as Lightning asks for this loader.
         warnings.filterwarnings("ignore", ".*Consider increasing the value of the `num_workers` argument*")

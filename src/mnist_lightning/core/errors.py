@@ -87,7 +87,7 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
 
     sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
-    def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
+    def on_sigterm(signum, frame):  # also called by Lightning's own handler, during fit
         sigterms.append(signum)
         if len(sigterms) == 1 and not stops_itself():
             sys.exit(TERMINATED)
