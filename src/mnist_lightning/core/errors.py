@@ -20,8 +20,8 @@ INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIG
 TERMINATED = 143  # and by SIGTERM (kill, timeout, a scheduler's stop)
 
 
-PACKAGE = Path(__file__).resolve().parents[1]
 MACHINERY = Path(__file__).resolve().parent
+PACKAGE = MACHINERY.parent
 LIBRARIES = tuple({sysconfig.get_path(name) for name in ("stdlib", "platstdlib")})  # Python's own modules
 LIGHTNING = Path(importlib.util.find_spec("lightning").origin).parent  # whose checks of settings run in user hooks
 
