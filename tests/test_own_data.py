@@ -581,9 +581,9 @@ def test_a_bad_test_batch_found_after_training_says_how_to_test_the_kept_run(tmp
 @pytest.mark.parametrize(
     ("empty", "said"),
     [
-        ("train", "gave no training batch (its train_dataloader() is empty), so there is no trained model to test"),
-        ("val", "gave no validation batch (its val_dataloader() is empty)"),
-        ("test", "gave no test batch (its test_dataloader() is empty): give it some"),
+        ("train", " gave no training batch (its train_dataloader() is empty), so there is no trained model to test"),
+        ("val", ".val_dataloader() gave no batch: give it samples, or pass --limit_val_batches 0"),
+        ("test", ".test_dataloader() gave no batch: give it samples"),
     ],
 )
 def test_an_empty_set_is_named_not_warned_of(tmp_path, capfd, empty, said):
@@ -593,7 +593,7 @@ def test_an_empty_set_is_named_not_warned_of(tmp_path, capfd, empty, said):
     assert train_main([*flags, "--output_dir", str(tmp_path / "run"), *QUIET]) == 2
     captured = capfd.readouterr()
     message = one_paragraph(captured.err.split("Error: ", 1)[-1].join(["Error: ", ""]))
-    assert f"The data module Empty {said}" in message
+    assert f"Empty{said}" in message
     assert "Warning" not in captured.err + captured.out and not (tmp_path / "run" / "metrics.json").exists()
     if empty == "test":  # found after training: the trained run is kept
         assert "keeps the trained epochs" in message

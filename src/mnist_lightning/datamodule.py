@@ -56,8 +56,7 @@ class MNISTDataModule(InMemoryDataModule):
 
     def setup(self, stage: str | None = None, download: bool = False) -> None:
         if not self.datasets:  # once per process, for every stage (DDP's other ranks have no prepare_data)
-            (images, labels), test = read_mnist(self, download)
-            order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.hparams.split_seed))
-            val, train = order[: self.hparams.val_size], order[self.hparams.val_size :]  # not --seed: a fixed split
-            splits = {"train": (images[train], labels[train]), "val": (images[val], labels[val]), "test": test}
-            self.datasets = {name: Samples(normalize(x, self.mean, self.std), y) for name, (x, y) in splits.items()}
+            full, test = (Samples(normalize(x, self.mean, self.std), y) for x, y in read_mnist(self, download))
+            order = torch.randperm(len(full), generator=torch.Generator().manual_seed(self.hparams.split_seed))
+            val, train = order.tensor_split([self.hparams.val_size])  # not --seed: a fixed split
+            self.datasets = {"train": Samples(*full[train]), "val": Samples(*full[val]), "test": test}

@@ -32,13 +32,13 @@ class InMemoryDataModule(LightningDataModule):
 
     predict_dataloader = test_dataloader
 
-    def _loader(self, split: str, sampler: type | None = None, **sampling) -> DataLoader:
+    def _loader(self, split, sampler=None, **sampling) -> DataLoader:
         # Worker processes would only copy batches already in memory: Lightning's advice to add some counts cores,
         # not data, and is silenced as its docs say (advanced/warnings), as Lightning asks for this loader.
         warnings.filterwarnings("ignore", ".*Consider increasing the value of the `num_workers` argument*")
         ranks = (self.trainer and self.trainer.distributed_sampler_kwargs) or {"num_replicas": 1, "rank": 0}
         data, workers = self.datasets[split], self.hparams.num_workers
-        sampler = sampler(data, **ranks, **sampling) if sampler else None  # each process its share
+        sampler = sampler and sampler(data, **ranks, **sampling)  # each process its share
         options = {"collate_fn": tuple, "num_workers": workers, "persistent_workers": workers > 0}  # tuple: see Samples
         return DataLoader(data, self.hparams.batch_size, sampler=sampler, **options)
 

@@ -57,13 +57,13 @@ class Classifier(LightningModule):
     def example_input_array(self) -> Tensor:  # the model summary's, in the weights' dtype (--precision 16-true)
         return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
-    def on_train_start(self) -> None:
+    def on_train_start(self):
         # Compiled here, after the sanity check and the model summary: compiled by their inference-mode calls first,
         # the training code differed in the last bits, on a GPU, from a plain loop's, which trains first.
         if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
             self.net.compile(dynamic=True)  # in place: same checkpoint keys; dynamic: one code for all batch sizes
 
-    def on_train_epoch_start(self) -> None:
+    def on_train_epoch_start(self):
         self.train_loss.reset()  # a checkpoint of an epoch's end holds that epoch's sum (none mid-epoch: no call)
 
     def forward(self, samples: Tensor) -> Tensor:
@@ -95,7 +95,7 @@ class Classifier(LightningModule):
     def predict_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> Tensor:
         return self(batch[0] if isinstance(batch, list | tuple) else batch).softmax(dim=-1)  # labels are not used
 
-    def _evaluate(self, batch: tuple[Tensor, Tensor], stage: str, loss: MeanMetric, accuracy: MulticlassAccuracy):
+    def _evaluate(self, batch, stage, loss, accuracy):
         samples, labels = batch
         logits = self(samples)
         loss.update(F.cross_entropy(logits, labels, reduction="none"))
@@ -121,9 +121,8 @@ class RunLengthCosine(CosineAnnealingLR):
     planned this long from the start would have (so an extended finished run's rises)."""
 
     def load_state_dict(self, state_dict: dict) -> None:
-        steps = self.T_max
-        super().load_state_dict(state_dict)
-        if self.T_max != steps:  # else the checkpoint's learning rate stands, to the bit
-            self.T_max, progress = steps, min(self.last_epoch, steps) / steps
+        super().load_state_dict(state_dict | {"T_max": self.T_max})
+        if state_dict["T_max"] != self.T_max:  # else the checkpoint's learning rate stands, to the bit
+            progress = min(self.last_epoch, self.T_max) / self.T_max
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * progress)) / 2

@@ -31,8 +31,7 @@ def read_mnist(datamodule, download: bool = False) -> list[tuple[Tensor, Tensor]
             shutil.rmtree(made[-1], ignore_errors=True)
         raise DataFilesError(
             f"The files in {raw} are missing, damaged or not {dataset.__name__}'s: {str(error).strip() or repr(error)}."
-            f" Put the original {', '.join(n for n, _ in dataset.resources)} there, and delete the files there "
-            "without .gz: they are extracted again."
+            f" Put the original {', '.join(n for n, _ in dataset.resources)} there, and delete those without .gz."
         ) from error
     if val_size >= len(sets[0][1]):
         raise MisconfigurationException(f"--data.val_size must be between 1 and {len(sets[0][1]) - 1}, got {val_size}.")

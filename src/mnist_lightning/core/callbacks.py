@@ -6,11 +6,10 @@ import random
 import signal
 import sys
 import time
-from typing import Any
 
 import numpy as np
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -27,34 +26,31 @@ class BatchCheck(Callback):
     """Each stage's first batch against what the data module says (checks.DataContract): a batch that breaks it is
     named with its data module, not found by a traceback from the step."""
 
-    def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if batch_idx > 0:
             return
         shape, classes = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes
-        pair = isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
-        x, y = batch if pair else (None, None)
+        x, y = batch if isinstance(batch, list | tuple) and len(batch) == 2 else (batch, None)
+        pair = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
         # Finite samples of the weights' dtype (under autocast: any floating one); labels cross_entropy takes.
         mixed = "mixed" in str(trainer.precision)
         ok = pair and x.shape[1:] == shape and (x.dtype == pl_module.dtype or (mixed and x.is_floating_point()))
-        ok = ok and bool(x.isfinite().all()) and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1]
-        if not (ok and (not y.numel() or (0 <= y.min() and y.max() < classes))):
-            name, loader = type(trainer.datamodule).__name__, f"{trainer.state.stage.dataloader_prefix}_dataloader()"
+        ok = ok and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1] and x.isfinite().all()
+        if not (ok and ((y >= 0) & (y < classes)).all()):
             got = " and ".join(f"{t.dtype} {tuple(t.shape)}" for t in batch) if pair else f"a {type(batch).__name__}"
             raise UserError(
-                f"The first batch of {name}.{loader} holds {got}, not finite {'floating' if mixed else pl_module.dtype}"
-                f" samples of its input_shape {shape} and int64 labels below its num_classes {classes}."
+                f"The first batch of {type(trainer.datamodule).__name__}.{trainer.state.stage.dataloader_prefix}"
+                f"_dataloader() holds {got}, not finite {'floating' if mixed else pl_module.dtype} samples of its "
+                f"input_shape {shape} and int64 labels below its num_classes {classes}."
             )
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
 
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_start(self, trainer, pl_module):
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
         if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
             name = type(trainer.datamodule).__name__
-            raise UserError(
-                f"The data module {name} gave no validation batch (its val_dataloader() is empty): give it samples, "
-                "or pass --limit_val_batches 0."
-            )
+            raise UserError(f"{name}.val_dataloader() gave no batch: give it samples, or pass --limit_val_batches 0.")
 
     on_train_epoch_end = on_train_start
 
@@ -65,22 +61,21 @@ class EpochHistory(Callback):
     its checkpoints are written: no record gets a NaN."""
 
     def __init__(self, record: str | None = None) -> None:
-        self.record = record  # the fingerprint of the run's record (resume.fingerprint): a resume checks it
-        self.rows: list[dict] = []
-        self.fit_seconds_before = 0.0  # of a resumed run's earlier segments
-        self.first_step = 0  # the global step this process starts training from
+        # record: the fingerprint of the run's record (resume.fingerprint), which a resume checks; fit_seconds_before:
+        # of a resumed run's earlier segments; first_step: the global step this process starts training from.
+        self.record, self.rows, self.fit_seconds_before, self.first_step = record, [], 0.0, 0
         self.on_train_start()
 
     def fit_seconds(self) -> float:
         return self.fit_seconds_before + time.perf_counter() - self._segment_start
 
-    def on_train_start(self, *args: Any) -> None:  # a run resumed mid-epoch has no on_train_epoch_start
+    def on_train_start(self, *args):  # a run resumed mid-epoch has no on_train_epoch_start
         self._start = self._segment_start = time.perf_counter()
 
-    def on_train_epoch_start(self, *args: Any) -> None:
+    def on_train_epoch_start(self, *args):
         self._start = time.perf_counter()
 
-    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_epoch_end(self, trainer, pl_module):
         # After validation; before the checkpoint callbacks, which Lightning runs last.
         if pl_module.device.type == "cuda":
             torch.cuda.synchronize(pl_module.device)  # CUDA runs asynchronously: wait before reading the clock
@@ -88,34 +83,33 @@ class EpochHistory(Callback):
         row |= {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
         if not math.isfinite(loss := row.get("train/loss", 0.0)):
             raise DivergedError(
-                f"Training diverged (training loss {loss} in epoch {trainer.current_epoch}): start a new run with a "
-                "smaller --lr, or, with 16-bit weights, a -mixed or 32-true --precision."
+                f"Training diverged ({loss}): use a smaller --lr; with 16-bit weights, a -mixed or 32-true --precision."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
         if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
             epochs = f"/{trainer.max_epochs}" * (trainer.max_epochs > 0)  # -1: no limit
-            shown = [f"{name} {row[name]:.4f}" for name in RECORDED if name in row] + [f"{row['seconds']:.1f} s"]
-            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {', '.join(shown)}", flush=True)
+            shown = "".join(f"{name} {row[name]:.4f}, " for name in RECORDED if name in row)
+            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {shown}{row['seconds']:.1f} s", flush=True)
 
     def state_dict(self) -> dict:
         return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.rows, self.fit_seconds_before = list(state_dict["rows"]), float(state_dict.get("fit_seconds", 0.0))
+        self.rows, self.fit_seconds_before = state_dict["rows"], state_dict.get("fit_seconds", 0.0)
 
-    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         # The random generators' states, as plain values and tensors: Lightning keeps none, and a resumed run would
         # draw other dropouts and batches.
-        kind, keys, *rest = np.random.get_state()
+        kind, keys, *rest = np.random.get_state()  # its key as a list of ints, which set_state takes back
         states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *rest]}
-        cuda = {"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {}
-        checkpoint |= {"record": self.record, "random_states": states | cuda}
+        states["cuda"] = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+        checkpoint |= {"record": self.record, "random_states": states}
 
-    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        self.first_step, states = checkpoint.get("global_step", 0), checkpoint["random_states"]
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self.first_step, states = checkpoint["global_step"], checkpoint["random_states"]
         torch.set_rng_state(states["torch"])
         random.setstate(states["python"])
-        np.random.set_state(states["numpy"])  # which takes its key as the list of ints it was saved as
+        np.random.set_state(states["numpy"])
         if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:
             torch.cuda.set_rng_state_all(states["cuda"])
 
@@ -129,16 +123,15 @@ class StopTogether(Callback):
     Lightning starts inherit it held: one sent as they start (while they import, or the first waits for them in
     torch's C++) must not end one of them alone, which Lightning 2.6 answers by SIGKILLing every process."""
 
-    def __init__(self) -> None:
-        self.received = False
+    received = False
 
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+    def setup(self, trainer, pl_module, stage):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one held till now is noted now
 
     def any_received(self, trainer: Trainer) -> bool:
         return trainer.strategy.reduce_boolean_decision(self.received, all=False)
 
-    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+    def on_train_batch_end(self, trainer, *args):
         if self.any_received(trainer):
             raise SIGTERMException  # how Lightning stops a fit on SIGTERM
 
@@ -149,7 +142,7 @@ class EpochTimer(Timer):
     of it.) It counts the whole run's training time, also of earlier segments run without --max_time, whose
     checkpoints hold no Timer's count."""
 
-    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         if self.state_key not in (states := checkpoint.get("callbacks", {})):  # Lightning's load would give it none
             self.load_state_dict({"time_elapsed": {"train": states.get("EpochHistory", {}).get("fit_seconds", 0.0)}})
 
@@ -166,16 +159,16 @@ class ThrottledBar(TQDMProgressBar):
 
     _drawn_at = 0.0
 
-    def _due(self, batch_idx: int, batches: int | float) -> bool:
+    def _due(self, batch_idx, batches):
         if due := batch_idx + 1 >= batches or time.monotonic() - self._drawn_at >= 0.1:
             self._drawn_at = time.monotonic()
         return due
 
-    def on_train_batch_end(self, *args: Any) -> None:  # (trainer, pl_module, outputs, batch, batch_idx)
+    def on_train_batch_end(self, *args):  # (trainer, pl_module, outputs, batch, batch_idx)
         if self._due(args[4], self.total_train_batches):
             super().on_train_batch_end(*args)
 
-    def on_validation_batch_end(self, *args: Any) -> None:
+    def on_validation_batch_end(self, *args):
         if self._due(args[4], self.total_val_batches_current_dataloader):
             super().on_validation_batch_end(*args)
 
@@ -183,5 +176,5 @@ class ThrottledBar(TQDMProgressBar):
 class EpochLines(ProgressBar):
     """No bar: EpochHistory prints a line as each epoch ends."""
 
-    def disable(self) -> None:  # Lightning's call on every process but the first, which print nothing
+    def disable(self):  # Lightning's call on every process but the first, which print nothing
         pass

@@ -71,10 +71,10 @@ def check_launched(num_nodes: int) -> None:
 class UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (YAML and jsonargparse keep the last silently)."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        keys = [key.value for key, _ in node.value]  # as written
-        if twice := [key for index, (key, _) in enumerate(node.value) if key.value in keys[:index]]:
-            raise UserError(f"{self.name}, line {twice[0].start_mark.line + 1}: {twice[0].value} is set twice.")
+    def construct_mapping(self, node, deep=False):
+        for index, (key, _) in enumerate(node.value):  # the keys as written
+            if key.value in [earlier.value for earlier, _ in node.value[:index]]:
+                raise UserError(f"{self.name}, line {key.start_mark.line + 1}: {key.value} is set twice.")
         return super().construct_mapping(node, deep)
 
 
@@ -104,5 +104,4 @@ def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
 def check_tested(trainer: Trainer) -> None:
     """After ``trainer.test``: an empty test set (Lightning would only warn, and report nothing)."""
     if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
-        name = type(trainer.datamodule).__name__
-        raise UserError(f"The data module {name} gave no test batch (its test_dataloader() is empty): give it some.")
+        raise UserError(f"{type(trainer.datamodule).__name__}.test_dataloader() gave no batch: give it samples.")

@@ -8,9 +8,9 @@ import os
 import signal
 import sys
 import sysconfig
-import textwrap
 import threading
 import traceback
+from itertools import groupby
 from pathlib import Path
 
 from .workarounds import apply_workarounds, end_process_group
@@ -20,8 +20,8 @@ INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIG
 TERMINATED = 143  # and by SIGTERM (kill, timeout, a scheduler's stop)
 
 
-PACKAGE = Path(__file__).resolve().parents[1]
 MACHINERY = Path(__file__).resolve().parent
+PACKAGE = MACHINERY.parent
 LIBRARIES = tuple({sysconfig.get_path(name) for name in ("stdlib", "platstdlib")})  # Python's own modules
 LIGHTNING = Path(importlib.util.find_spec("lightning").origin).parent  # whose checks of settings run in user hooks
 
@@ -61,8 +61,8 @@ def report_failure(error: Exception) -> int:
     while culprit is not None and culprit not in seen:  # the error, then what caused it
         seen.append(culprit)
         codes = [frame.f_code for frame, _ in traceback.walk_tb(culprit.__traceback__)]
-        mine = [in_user_code(code.co_filename) for code in codes]
-        hooks = [code for i, code in enumerate(codes) if mine[i] and not (i and mine[i - 1])]  # entered from outside
+        # A hook: a function of the user's called from outside (the first frame of each run of theirs), or their file.
+        hooks = [next(run) for mine, run in groupby(codes, lambda code: in_user_code(code.co_filename)) if mine]
         what = hooks and f"{getattr(hooks[-1], 'co_qualname', hooks[-1].co_name)}()"  # (co_qualname: Python 3.11)
         syntax = isinstance(culprit, SyntaxError) and culprit.filename and in_user_code(culprit.filename)  # no frame
         if syntax or (hooks and hooks[-1].co_name == "<module>"):
@@ -87,7 +87,7 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
 
     sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
-    def on_sigterm(signum: int, frame: object) -> None:  # also called by Lightning's own handler, during fit
+    def on_sigterm(signum, frame):  # also called by Lightning's own handler, during fit
         sigterms.append(signum)
         if len(sigterms) == 1 and not stops_itself():
             sys.exit(TERMINATED)
@@ -104,14 +104,12 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
         end_process_group()
     except (UserError, *user_errors) as error:
         kept = where() if where and isinstance(error, WriteError) else ""  # what was kept, how to go on with room
-        text = " ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split())  # one paragraph
-        print(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False), file=sys.stderr)
+        print(" ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split()), file=sys.stderr)  # one paragraph
         return getattr(error, "exit_code", USAGE_ERROR)
     except (KeyboardInterrupt, SystemExit) as stop:
-        ctrl_c = isinstance(stop, KeyboardInterrupt)
-        if not ctrl_c and stop.code != TERMINATED:
-            raise
-        if not ctrl_c:
+        if not (ctrl_c := isinstance(stop, KeyboardInterrupt)):
+            if stop.code != TERMINATED:
+                raise
             end_process_group()
         # Only a distributed run's first process reports (the rank Lightning sets, light to import).
         from lightning_utilities.core.rank_zero import rank_zero_only

@@ -5,7 +5,6 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 CPP_EXTENSION = "torch.utils.cpp_extension"  # a logger's filters see its own records, not its children's
 
@@ -36,7 +35,7 @@ def sigterm_to_stop_together() -> None:
     _SignalConnector._sigterm_notifier_fn = _note_sigterm
 
 
-def _note_sigterm(connector: Any, signum: int, frame: object) -> None:
+def _note_sigterm(connector, signum, frame):
     if connector.trainer.world_size == 1:
         connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
