@@ -250,7 +250,10 @@ def another_programs_files(folder) -> dict[str, object]:
     return {
         "missing": (folder / "missing.ckpt", "No such file"),
         "folder": (folder, "Is a directory"),
-        "best": ("best", f"best {BAD} ([Errno 2] No such file or directory: 'best'). Pass a .ckpt of a run"),
+        "best": (
+            "best",
+            f"best {BAD} ([Errno 2] No such file or directory: 'best'). Restore it from a copy, or pass another .ckpt",
+        ),
         "empty": (folder / "empty.ckpt", f"{BAD} (File is not a zip file)"),
         "text": (folder / "notes.ckpt", BAD),
         "a dict": (folder / "a_dict.ckpt", f"{BAD} (it has no state_dict, hyper_parameters,"),
@@ -284,16 +287,6 @@ def test_evaluate_reports_a_bad_command_line_as_the_parser_does(capsys):
     assert evaluate_main(["--batch_size", "abc"]) == 2
     err = capsys.readouterr().err
     assert err.startswith('Error: Parser key "batch_size"') and "abc" in err and "usage:" not in err
-
-
-def test_export_into_an_existing_file_is_refused_before_any_work(tmp_path, capsys):
-    from mnist_lightning.core.export import main as export_main
-
-    (tmp_path / "a_file").write_text("")
-    assert export_main(["--ckpt_path", str(tmp_path / "x.ckpt"), "--output_dir", str(tmp_path / "a_file")]) == 2
-    err = one_line(capsys.readouterr().err)
-    assert "a_file cannot be written: File exists" in err and "Traceback" not in err
-    assert "Pass another --output_dir" in err
 
 
 def test_print_config_checks_the_values_it_prints(capsys):

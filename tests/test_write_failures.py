@@ -19,6 +19,8 @@ import torch
 from helpers import TINY_RUN, one_line
 
 from mnist_lightning.core import export
+from mnist_lightning.core import train as train_module
+from mnist_lightning.core.records import write_json
 from mnist_lightning.core.train import main
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
@@ -123,12 +125,20 @@ def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
     assert "nothing to resume" in message, message
 
 
-def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_no_folder(fake_mnist, tmp_path, capsys):
-    """`(ulimit -f 2; train.py --max_epochs 6 --enable_checkpointing false)`: metrics.json is the first file over 2 KiB.
-    Nothing holds the fit to resume or test: the new run is removed whole, and the same command runs it again."""
+def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_no_folder(
+    fake_mnist, tmp_path, capsys, monkeypatch
+):
+    """`train.py --enable_checkpointing false` onto a disk that fills as the fit ends: metrics.json, its first
+    write after the fit, fails. Nothing holds the fit to resume or test: the new run is removed whole, and the same
+    command runs it again."""
     run, limits = tmp_path / "run", resource.getrlimit(resource.RLIMIT_FSIZE)
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "6", "--quiet", "true"]
-    resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 1024, limits[1]))
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true"]
+
+    def onto_a_full_disk(path, data):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))  # `ulimit -f 0`: every write fails from now on
+        write_json(path, data)
+
+    monkeypatch.setattr(train_module, "write_json", onto_a_full_disk)
     try:
         code = main([*flags, "--enable_checkpointing", "false", "--output_dir", str(run)])
     finally:
@@ -137,6 +147,7 @@ def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_n
     assert code == 1 and f"{run / 'metrics.json'} could not be written" in message, message
     assert "nothing to resume" in message and "Run the same command again" in message and "Traceback" not in message
     assert not run.exists()
+    monkeypatch.undo()
     assert main([*flags, "--enable_checkpointing", "false", "--output_dir", str(run)]) == 0
 
 
@@ -145,6 +156,15 @@ def checkpoint(fake_mnist, tmp_path_factory) -> str:
     run = tmp_path_factory.mktemp("export") / "run"
     assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true", "--output_dir", str(run)]) == 0
     return str(run / "checkpoints" / "last.ckpt")
+
+
+def test_an_export_into_an_existing_file_is_refused_and_writes_nothing(checkpoint, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    assert export.main(["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "a_file")]) == 2
+    err = one_line(capsys.readouterr().err)
+    assert "a_file cannot be written: File exists" in err and "Traceback" not in err
+    assert "Pass another --output_dir" in err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file"] and not (tmp_path / "a_file").read_text()
 
 
 def exported(folder: Path) -> dict[str, bytes]:

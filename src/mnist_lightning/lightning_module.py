@@ -8,10 +8,8 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR
 from torchmetrics import MeanMetric
-from torchmetrics.classification import (
-    MulticlassAccuracy,
-    MulticlassConfusionMatrix,  # only with_plots
-)
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification.confusion_matrix import MulticlassConfusionMatrix  # only with_plots
 
 from .model import NetworkFactory, SimpleNN
 

@@ -118,8 +118,8 @@ class StopTogether(Callback):
     """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
     agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
     their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together),
-    and train.train asks again after the fit; cli.build_trainer adds it to distributed runs only. train.main holds
-    SIGTERM (blocks it) from the fit's start to :meth:`setup`, once the processes have joined, and the processes
+    and train.train asks again after the fit. cli.build_training adds it to distributed runs only, and holds
+    SIGTERM (blocks it) from then to :meth:`setup`, once the processes have joined, and the processes
     Lightning starts inherit it held: one sent as they start (while they import, or the first waits for them in
     torch's C++) must not end one of them alone, which Lightning 2.6 answers by SIGKILLing every process."""
 

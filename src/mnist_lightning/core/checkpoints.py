@@ -57,7 +57,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         # Not torch's words for objects it refused: its advice (weights_only=False) would run the file's code.
         reason = "it holds more than tensors and plain values" if isinstance(error, pickle.UnpicklingError) else error
         problem = f"{path} is missing, damaged or not a checkpoint of scripts/train.py ({reason})"
-        raise UserError(f"{problem}. Pass a .ckpt of a run (its checkpoints/last.ckpt, say).") from error
+        raise UserError(f"{problem}. Restore it from a copy, or pass another .ckpt of a run.") from error
 
 
 @lru_cache(maxsize=1)  # the file last read, until its weights are loaded: a resume reads last.ckpt once

@@ -166,13 +166,20 @@ class CSVLog(CSVLogger):
             raise WriteError(Path(self.log_dir, "hparams.yaml"), error) from error
 
     @rank_zero_only
-    def save(self) -> None:  # Lightning calls it at every logging step, to append rows or rewrite the file
-        path = Path(self.experiment.metrics_file_path)
-        before = path.read_bytes() if path.is_file() else None
+    def save(self) -> None:  # Lightning calls it at every logging step
+        experiment, path = self.experiment, Path(self.experiment.metrics_file_path)
+        size = path.stat().st_size if path.is_file() else 0  # (0: none, as Lightning writes a header first)
+        # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here
+        # (read at every step, a long run's log would cost more at each).
+        new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
+        before = path.read_bytes() if size and new_column else None
         try:
             super().save()
         except OSError as error:
-            self.experiment.metrics.clear()
+            experiment.metrics.clear()
             with suppress(OSError):
-                path.write_bytes(before) if before is not None else path.unlink()
+                if before is not None:
+                    path.write_bytes(before)
+                else:
+                    os.truncate(path, size) if size else path.unlink()
             raise WriteError(path, error) from error

@@ -47,7 +47,8 @@ def resumed_record(argv: list[str]) -> Path:
     record, last = run_dir / RUN_RECORD, run_dir / "checkpoints" / "last.ckpt"
     text = record.read_text(errors="replace") if record.is_file() else ""
     if last.is_file() and fingerprint(text) != read_checkpoint(last).get("record"):
-        raise UserError(f"{record} is not the record {last} was trained with (edited or damaged since): restore it.")
+        changed = f"{record} is not the record {last} was trained with (deleted, edited or damaged since)"
+        raise UserError(f"{changed}: restore it from a copy of the run.")
     evaluated = (run_dir / "metrics.json").is_file() and not any(last.parent.glob("*.ckpt"))  # it has a record too
     if not last.is_file() and (not text or evaluated):  # else train.py says what kept weights, if any, can do
         raise UserError(f"{run_dir} holds no run to resume: run its own command again, without --ckpt_path last.")
