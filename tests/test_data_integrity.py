@@ -117,7 +117,7 @@ def test_an_extracted_file_cut_short_beside_its_intact_archive_says_to_delete_it
     MNISTDataModule(str(mnist_archives)).prepare_data()  # extracts
     images = mnist_archives / "MNIST" / "raw" / "train-images-idx3-ubyte"
     images.write_bytes(images.read_bytes()[:1_000_000])
-    with pytest.raises(MisconfigurationException, match=r"delete the files there without \.gz"):
+    with pytest.raises(MisconfigurationException, match=r"delete those without \.gz"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
 
 
@@ -129,5 +129,5 @@ def test_an_extracted_file_of_wrong_labels_beside_its_intact_archive_says_to_del
     data = bytearray(labels.read_bytes())
     data[8] = 77  # the first label, after the IDX header
     labels.write_bytes(bytes(data))
-    with pytest.raises(MisconfigurationException, match=r"labels up to 77\. .* delete the files there without \.gz"):
+    with pytest.raises(MisconfigurationException, match=r"labels up to 77\. .* delete those without \.gz"):
         MNISTDataModule(str(mnist_archives)).prepare_data()
