@@ -63,8 +63,9 @@ def lock(folder: Path) -> None:
     temporary files that a write killed midway left (see :func:`replaced`)."""
     if (key := folder.resolve()) in _held:
         return
-    path, longest = bytes(key), os.pathconf("/", "PC_NAME_MAX")
-    room = os.pathconf("/", "PC_PATH_MAX") - longest - 1  # a run's files need room for their names in the folder
+    existing = next(parent for parent in (key, *key.parents) if os.path.exists(parent))  # its file system's limits
+    path, longest = bytes(key), os.pathconf(existing, "PC_NAME_MAX")
+    room = os.pathconf(existing, "PC_PATH_MAX") - longest - 1  # a run's files need room for their names in the folder
     try:  # said before anything is made; the records hold the path as text
         if len(path) > room or max(map(len, path.split(b"/"))) > longest or str(key) != path.decode(errors="replace"):
             raise ValueError(f"its path must be UTF-8 text of at most {room} bytes, with names of at most {longest}")
