@@ -10,6 +10,13 @@ import torch
 from helpers import write_fake_mnist
 
 
+def pytest_configure(config):
+    """Started as a shell's background job (`nohup make test &`), the tests would inherit Ctrl-C ignored; they send
+    it as a terminal does, to this process and to the commands they start (which get the default back at exec)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(autouse=True)
 def signal_handlers():
     """A script run in this process (runpy) ignores Ctrl-C and SIGTERM once done (run_main's ``exiting``), as its
