@@ -12,7 +12,7 @@ from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import yaml
@@ -95,8 +95,12 @@ def build_parser() -> ArgumentParser:
     parser.add_class_arguments(Options, None, instantiate=False)
     # The data's sizes are the data module's to give, not options (build_training).
     parser.add_class_arguments(model_class(), None, instantiate=False, skip={"input_shape", "num_classes"})
-    what = "Any LightningDataModule by class path, its arguments as --data.NAME (listed by --data.help CLASS_PATH)."
-    parser.add_subclass_arguments(LightningDataModule, "data", as_group=False, help=what)
+    parser.add_subclass_arguments(
+        LightningDataModule,
+        "data",
+        as_group=False,
+        help="Any LightningDataModule by class path, its arguments as --data.NAME (listed by --data.help CLASS_PATH).",
+    )
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
@@ -151,7 +155,7 @@ def build_training(config: Namespace) -> Training:
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built = build_parser().instantiate_classes(config)
-        sizes, datamodule = checks.data_sizes(built.data), built.data  # the model is built for the data's sizes
+        sizes = checks.data_sizes(datamodule := built.data)  # the model is built for the data's sizes
         model = model_class()(**arguments_of(model_class(), built), **sizes)
         checks.check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
         checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
@@ -181,14 +185,13 @@ def build_training(config: Namespace) -> Training:
         callbacks += checkpoints.run_checkpoints(last.parent, validated) * (built.enable_checkpointing is not False)
         if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
             callbacks.append(progress_display())
-        logger = built.logger  # False, or Logger objects built from class paths
-        if logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/ rather than overwrite logs/metrics.csv
+        if built.logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/, not over logs/metrics.csv
             version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
-            logger = records.CSVLog(run_dir, "logs", version)
-        callbacks += [LearningRateMonitor(logging_interval="step")] * bool(logger)
-        settings = dict(callbacks=callbacks, logger=logger, max_time=None, default_root_dir=run_dir)
+            built.logger = records.CSVLog(run_dir, "logs", version)
+        callbacks += [LearningRateMonitor(logging_interval="step")] * bool(built.logger)
+        built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run_dir))
         with workarounds.lightning_notes_ignored():
-            trainer = Trainer(**arguments_of(Trainer, built) | settings)
+            trainer = Trainer(**arguments_of(Trainer, built))
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a --plugins one
             trainer.strategy.checkpoint_io = checkpoints.AtomicCheckpointIO()
         if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
@@ -204,5 +207,5 @@ def build_training(config: Namespace) -> Training:
     return Training(trainer, model, datamodule, str(last) if resuming else None)
 
 
-def arguments_of(cls: type, config: Namespace | dict) -> dict[str, Any]:
-    return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
+def arguments_of(cls: type, config: Namespace) -> dict:
+    return {name: config[name] for name in inspect.signature(cls).parameters if name in config}

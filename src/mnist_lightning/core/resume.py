@@ -35,7 +35,7 @@ def build_resume_parser() -> ArgumentParser:
     parser.add_argument("--data.data_dir", type=str, help="Where the data is now.")
     parser.add_argument("--data.num_workers", type=int, help="DataLoader worker processes.")
     others = set(inspect.signature(Trainer).parameters) - RESUMABLE_TRAINER
-    parser.add_class_arguments(Trainer, nested_key=None, instantiate=False, skip=others)
+    parser.add_class_arguments(Trainer, None, instantiate=False, skip=others)
     return parser
 
 
@@ -64,7 +64,7 @@ def fingerprint(record_text: str) -> str | None:
         if isinstance(options := yaml.safe_load(record_text), dict):
             kept = {key: value for key, value in flat(options) if key not in RESUMABLE}
             return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
-    return None
+    return None  # not a record: no checkpoint's fingerprint matches it
 
 
 def flat(options: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
