@@ -19,7 +19,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, set_loader
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import Callback, LightningDataModule, Trainer, seed_everything
+from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -59,8 +59,6 @@ class Options:
         limit_val_batches: Validation batches per check (default: all).
         limit_test_batches: Test batches (default: all).
         overfit_batches: Training batches to overfit, the same for validation (default: none).
-        callbacks: Lightning callbacks by class path, added to the template's own: --callbacks+=EarlyStopping
-            --callbacks.monitor val/acc --callbacks.mode max.
     """
 
     seed: int = 42
@@ -69,7 +67,6 @@ class Options:
     float32_matmul_precision: Literal["highest", "high", "medium"] = "high"
     batch_size: BatchSize = 4096
     logger: Literal["csv"] | bool | Logger | list[Logger] | None = "csv"
-    callbacks: list[Callback] | None = None
     # Declared here with int | float: typing caches unions, and hands back an equal Union[float, int] made earlier
     # (one in Lightning itself) for the Trainer's Union[int, float]; jsonargparse tries the types in order and would
     # read 2 as 2.0, a fraction.
@@ -175,7 +172,12 @@ def build_training(config: Namespace) -> Training:
         data = chosen["data"]  # its init_args hold at least batch_size
         datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
-        callbacks = [*(built.callbacks or []), BatchCheck(), EpochHistory(fingerprint(record_text))]
+        given = built.callbacks or []  # one callback or a list, as Lightning takes them
+        callbacks = [
+            *(given if isinstance(given, list) else [given]),
+            BatchCheck(),
+            EpochHistory(fingerprint(record_text)),
+        ]
         # Checked at epoch ends: Lightning's check after every batch ends the epoch where it is, as if complete (a
         # resumed run would skip the rest of it).
         if built.max_time:
