@@ -173,11 +173,8 @@ def build_training(config: Namespace) -> Training:
         datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
         given = built.callbacks or []  # one callback or a list, as Lightning takes them
-        callbacks = [
-            *(given if isinstance(given, list) else [given]),
-            BatchCheck(),
-            EpochHistory(fingerprint(record_text)),
-        ]
+        callbacks = [*given] if isinstance(given, list) else [given]
+        callbacks += [BatchCheck(), EpochHistory(fingerprint(record_text))]
         # Checked at epoch ends: Lightning's check after every batch ends the epoch where it is, as if complete (a
         # resumed run would skip the rest of it).
         if built.max_time:

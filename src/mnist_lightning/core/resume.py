@@ -68,7 +68,7 @@ def fingerprint(record_text: str) -> str | None:
 
 
 def flat(options: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """data: {init_args: {val_size: 5}} -> data.init_args.val_size: 5."""
+    """Nested mappings as dotted keys: data, init_args, val_size: 5 -> data.init_args.val_size: 5."""
     for key, value in options.items():
         yield from flat(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)]
 
