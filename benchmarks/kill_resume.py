@@ -40,7 +40,7 @@ def main() -> None:
     # The config first: flags after it win.
     flags = ["--config", "configs/classic_sgd.yaml", "--data.data_dir", args.data_dir]
     flags += ["--max_epochs", str(args.max_epochs)]
-    flags += ["--accelerator", "cpu", "--deterministic", "true", "--quiet", "true"]
+    flags += ["--accelerator", "cpu", "--deterministic", "true", "--enable_progress_bar", "false"]
     moments = random_moments(args.interrupts, args.seed, args.latest)
     with TemporaryDirectory() as tmp:
         campaign = interrupt_and_resume(flags, Path(tmp) / "interrupted", moments, args.timeout)

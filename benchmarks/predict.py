@@ -179,7 +179,16 @@ def main() -> None:
         if ckpt is None:
             with redirect_stdout(io.StringIO()):
                 assert (
-                    train_main(["--data.data_dir", args.data_dir, "--output_dir", str(work / "run"), "--quiet", "true"])
+                    train_main(
+                        [
+                            "--data.data_dir",
+                            args.data_dir,
+                            "--output_dir",
+                            str(work / "run"),
+                            "--enable_progress_bar",
+                            "false",
+                        ]
+                    )
                     == 0
                 )
             ckpt = json.loads((work / "run" / "metrics.json").read_text())["best_checkpoint"]

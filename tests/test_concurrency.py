@@ -28,8 +28,8 @@ def flags(fake_mnist) -> list[str]:
         str(FAKE_VAL),
         "--batch_size",
         "100",
-        "--quiet",
-        "true",
+        "--enable_progress_bar",
+        "false",
     ]
 
 
@@ -75,7 +75,7 @@ def checkpoint(tmp_path_factory) -> str:
 
     root = tmp_path_factory.mktemp("trained")
     data = write_fake_mnist(root / "data")
-    assert main(["--data.data_dir", str(data), *TINY_RUN, "--quiet", "true", "--output_dir", str(root / "run")]) == 0
+    assert main(["--data.data_dir", str(data), *TINY_RUN, "--output_dir", str(root / "run")]) == 0
     return str(root / "run" / "checkpoints" / "last.ckpt")
 
 

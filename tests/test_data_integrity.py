@@ -26,7 +26,7 @@ def fake(tmp_path) -> Path:
 
 
 def train(data_dir, output_dir) -> int:
-    return main(["--data.data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN, "--quiet", "true"])
+    return main(["--data.data_dir", str(data_dir), "--output_dir", str(output_dir), *TINY_RUN])
 
 
 def refused(capsys, code, output_dir, *phrases):

@@ -32,7 +32,7 @@ BAD_FLAGS = [
     (["--strategy", "nonsense"], 2, ["strategy='nonsense'"]),
     (["--max_time", "soon"], 2, ["duration='soon'"]),
     (["--max_epochs", "-5"], 2, ["`max_epochs`", "-5"]),
-    (["--limit_train_batches", "1.5", "--quiet", "false"], 2, ["1.5 for limit_train_batches"]),
+    (["--limit_train_batches", "1.5"], 2, ["1.5 for limit_train_batches"]),
     (["--val_check_interval", "1.5"], 2, ["1.5 for val_check_interval"]),
     # Raised by Lightning within the model's configure_optimizers (estimated_stepping_batches): still its message
     (["--val_check_interval", "50"], 2, ["`val_check_interval` (50)"]),
@@ -58,7 +58,7 @@ BAD_FLAGS = [
     (["--net.num_classes", "3"], 2, ["'num_classes'"]),
     (["--net", "torch.nn.Nonexistent"], 2, ["Nonexistent"]),
     (["--device", "cpu"], 2, ["--device"]),
-    (["--quiet"], 2, ["--quiet"]),
+    (["--quiet"], 2, ["--quiet"]),  # gone: --enable_progress_bar false --enable_model_summary false
     (["--lr", "-inf"], 2, ["--lr"]),
     (["--config", "missing.yaml"], 2, ["missing.yaml"]),
     # The template's own paragraphs: what no library checks
@@ -165,7 +165,7 @@ def test_a_fraction_that_leaves_no_batch_is_one_paragraph_after_the_banners(
 ):
     # The data module alone knows its number of batches (10 to train, 2 to validate here), so Lightning says it once
     # its loaders exist: after its banners, as the last paragraph, and no run folder is left.
-    assert run(fake_mnist, tmp_path / "run", f"--{flag}", fraction, "--quiet", "false") == 2
+    assert run(fake_mnist, tmp_path / "run", f"--{flag}", fraction) == 2
     err = capfd.readouterr().err
     assert "Traceback" not in err
     message = err[err.index("Error:") :].strip()
@@ -175,7 +175,7 @@ def test_a_fraction_that_leaves_no_batch_is_one_paragraph_after_the_banners(
 
 
 def test_a_data_mistake_is_reported_before_lightnings_banners(fake_mnist, tmp_path, capfd):
-    assert run(fake_mnist, tmp_path / "run", "--data.val_size", "5000", "--quiet", "false") == 2
+    assert run(fake_mnist, tmp_path / "run", "--data.val_size", "5000") == 2
     err = capfd.readouterr().err
     assert err.startswith("Error: --data.val_size must be between 1 and 1199") and "GPU available" not in err
 

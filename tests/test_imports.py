@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PLOTS = "the plots of a finished training run"
 # What only some runs need, by top-level package or by module of this project, and the runs that need it.
 ONLY_SOME_RUNS = {
-    "tensorboard": "--logger tensorboard",
-    "tensorboardX": "--logger tensorboard",
+    "tensorboard": "--logger TensorBoardLogger",
+    "tensorboardX": "--logger TensorBoardLogger",
     "onnx": "export.py --formats onnx",
     "onnxscript": "export.py --formats onnx",
     "onnxruntime": "checking an ONNX export",

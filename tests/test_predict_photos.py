@@ -38,7 +38,7 @@ def fake_ckpt(fake_mnist, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def real_ckpt(real_mnist, tmp_path_factory) -> str:
-    return trained_checkpoint(real_mnist, tmp_path_factory.mktemp("real") / "run", "--quiet", "true")
+    return trained_checkpoint(real_mnist, tmp_path_factory.mktemp("real") / "run", "--enable_progress_bar", "false")
 
 
 def save_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:

@@ -47,7 +47,7 @@ def test_a_full_disk_while_saving_a_checkpoint(fake_mnist, tmp_path, capsys, mon
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(torch, "save", save)
     run = tmp_path / "run"
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "3", "--quiet", "true"]
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "3"]
     assert main([*flags, "--output_dir", str(run)]) == 1
     message = one_line(capsys.readouterr().err)
     assert message.startswith("Error: ") and "could not be written: the disk is full" in message, message
@@ -72,7 +72,7 @@ def test_a_full_disk_while_rows_are_appended_to_the_csv_log(fake_mnist, tmp_path
 
     monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
     flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10", "--max_epochs", "3"]
-    assert main([*flags, "--quiet", "true", "--output_dir", str(run)]) == 1
+    assert main([*flags, "--output_dir", str(run)]) == 1
     message = one_line(capsys.readouterr().err)
     assert f"{run / 'logs' / 'metrics.csv'} could not be written: the disk is full" in message, message
     rows = list(csv.reader((run / "logs" / "metrics.csv").open()))
@@ -93,7 +93,7 @@ def test_a_full_disk_while_lightning_writes_the_csv_log(fake_mnist, tmp_path, ca
         return real_writerows(writer, rows)
 
     monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10", "--quiet", "true"]
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10"]
     assert main([*flags, "--output_dir", str(run)]) == 1  # 100 steps an epoch: Lightning flushes every 100
     message = one_line(capsys.readouterr().err)
     assert message.startswith("Error: ") and "Traceback" not in message, message
@@ -116,7 +116,7 @@ def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, limits[1]))
     try:
-        code = main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true", "--output_dir", str(tmp_path)])
+        code = main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(tmp_path)])
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
     message = one_line(capsys.readouterr().err)
@@ -132,7 +132,7 @@ def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_n
     write after the fit, fails. Nothing holds the fit to resume or test: the new run is removed whole, and the same
     command runs it again."""
     run, limits = tmp_path / "run", resource.getrlimit(resource.RLIMIT_FSIZE)
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true"]
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN]
 
     def onto_a_full_disk(path, data):
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))  # `ulimit -f 0`: every write fails from now on
@@ -154,7 +154,7 @@ def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_n
 @pytest.fixture(scope="module")
 def checkpoint(fake_mnist, tmp_path_factory) -> str:
     run = tmp_path_factory.mktemp("export") / "run"
-    assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--quiet", "true", "--output_dir", str(run)]) == 0
+    assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(run)]) == 0
     return str(run / "checkpoints" / "last.ckpt")
 
 
@@ -226,7 +226,7 @@ def small_disk(folder: Path, size: str) -> Iterator[Path]:
 def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
     with small_disk(tmp_path / "small", "280k") as disk:
         run = disk / f"run-{uuid.uuid4().hex[:6]}"
-        flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "6", "--quiet", "true"]
+        flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "6"]
         assert main([*flags, "--output_dir", str(run)]) == 1
         message = one_line(capsys.readouterr().err)
         assert "could not be written: the disk is full" in message and "Traceback" not in message, message

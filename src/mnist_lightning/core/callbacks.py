@@ -1,5 +1,5 @@
 """Callbacks of every training run: first batches checked, the per-epoch history (which stops a diverged run),
-``--max_time`` per epoch, SIGTERM under DDP, and the progress display."""
+SIGTERM under DDP, and the progress display."""
 
 import math
 import random
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import torch
 from lightning.pytorch import Callback, Trainer
-from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from .errors import UserError
@@ -134,17 +134,6 @@ class StopTogether(Callback):
     def on_train_batch_end(self, trainer, *args):
         if self.any_received(trainer):
             raise SIGTERMException  # how Lightning stops a fit on SIGTERM
-
-
-class EpochTimer(Timer):
-    """--max_time, checked at each epoch's end (built with ``interval="epoch"``): a run it stops holds whole epochs.
-    (Lightning's check after every batch ends the epoch where it is, as if complete: a resumed run would skip the rest
-    of it.) It counts the whole run's training time, also of earlier segments run without --max_time, whose
-    checkpoints hold no Timer's count."""
-
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
-        if self.state_key not in (states := checkpoint.get("callbacks", {})):  # Lightning's load would give it none
-            self.load_state_dict({"time_elapsed": {"train": states.get("EpochHistory", {}).get("fit_seconds", 0.0)}})
 
 
 def progress_display() -> ProgressBar:

@@ -4,31 +4,30 @@ a class path, their arguments as ``--net.NAME``. Each run records its resolved c
 """
 
 import inspect
-import itertools
-import logging
 import os
+import re
 import signal
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 
 import torch
 import yaml
-from annotated_types import Ge
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, set_loader
+from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
-from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar
-from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from . import checkpoints, checks, devices, records, workarounds
-from .callbacks import BatchCheck, EpochHistory, EpochTimer, StopTogether, progress_display
+from .callbacks import BatchCheck, EpochHistory, StopTogether, progress_display
 from .classes import DATA_MODULE, MODEL, model_class
 from .errors import UserError
 from .resume import fingerprint, refuse_finished_run, resumed_record
@@ -38,7 +37,7 @@ USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
-BatchSize = Annotated[int, Ge(1)]  # --batch_size of every script
+BatchSize = PositiveInt  # --batch_size of every script
 
 
 @dataclass
@@ -50,12 +49,11 @@ class Options:
         output_dir: The run folder (default: a new folder under runs/).
         ckpt_path: "last" resumes the run in --output_dir from its own config.yaml. A .ckpt path starts a new run
             from its weights (fine-tuning: this run's own optimizer, schedule and epochs).
-        quiet: No progress bar, model summary or banners.
         float32_matmul_precision: float32 matrix products: highest (full float32), high (TensorFloat32 on GPUs with
             Tensor Cores) or medium (bfloat16); torch.set_float32_matmul_precision.
         batch_size: Samples per batch, for every stage; every data module takes it.
-        logger: csv (metrics.csv in the run folder), tensorboard (needs the tensorboard extra), false, or any
-            Lightning Logger by class path, e.g. --logger WandbLogger --logger.project mnist.
+        logger: csv (metrics.csv in the run folder), false, or any Lightning Logger by class path, e.g.
+            --logger TensorBoardLogger --logger.save_dir runs/tb (with the tensorboard extra).
         limit_train_batches: Training batches per epoch (default: all). As for every limit_*_batches: a whole number
             (int) is that many batches, a number with a point (float) a fraction of them, as in Lightning; per device.
         limit_val_batches: Validation batches per check (default: all).
@@ -66,10 +64,9 @@ class Options:
     seed: int = 42
     output_dir: str | None = None
     ckpt_path: str | None = None
-    quiet: bool = False
     float32_matmul_precision: Literal["highest", "high", "medium"] = "high"
     batch_size: BatchSize = 4096
-    logger: Literal["csv", "tensorboard"] | bool | Logger | list[Logger] | None = "csv"
+    logger: Literal["csv"] | bool | Logger | list[Logger] | None = "csv"
     # Declared here with int | float: typing caches unions, and hands back an equal Union[float, int] made earlier
     # (one in Lightning itself) for the Trainer's Union[int, float]; jsonargparse tries the types in order and would
     # read 2 as 2.0, a fraction.
@@ -95,24 +92,30 @@ def build_parser() -> ArgumentParser:
     parser.add_class_arguments(Options, None, instantiate=False)
     # The data's sizes are the data module's to give, not options (build_training).
     parser.add_class_arguments(model_class(), None, instantiate=False, skip={"input_shape", "num_classes"})
-    what = "Any LightningDataModule by class path, its arguments as --data.NAME (listed by --data.help CLASS_PATH)."
-    parser.add_subclass_arguments(LightningDataModule, "data", as_group=False, help=what)
+    parser.add_subclass_arguments(
+        LightningDataModule,
+        "data",
+        as_group=False,
+        help="Any LightningDataModule by class path, its arguments as --data.NAME (listed by --data.help CLASS_PATH).",
+    )
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
-    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": DATA_MODULE})
-    parser.set_defaults(net={"class_path": "mnist_lightning.model.SimpleNN"})
+    parser.set_defaults(
+        TRAINER_DEFAULTS, data={"class_path": DATA_MODULE}, net={"class_path": "mnist_lightning.model.SimpleNN"}
+    )
     return parser
 
 
 def parse_args(argv: list[str] | None = None) -> Namespace:
     """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--data.batch_size" in [arg.split("=")[0] for arg in argv]:  # jsonargparse would drop it for the linked one
+    argv = sys.argv[1:] if argv is None else argv
+    # Read before parsing: a --data.batch_size jsonargparse would drop for the linked --batch_size, and a typed
+    # --ckpt_path last, which resumes from the run's record with only the flags resume.py's own parser takes.
+    given = dict(re.findall(r"(--ckpt_path|--data\.batch_size)[= ](\S+)", " ".join(argv)))
+    if "--data.batch_size" in given:
         raise UserError(checks.batch_size_refused("--data.batch_size"))
-    # A typed --ckpt_path last resumes from the run's record, with only the flags resume.py's own parser takes.
-    given = [a.partition("=")[2] or v for a, v in itertools.pairwise([*argv, ""]) if a.startswith("--ckpt_path")]
-    resuming = given[-1:] == ["last"]
+    resuming = given.get("--ckpt_path") == "last"
     config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
     if config.ckpt_path == "last" and not resuming:
         raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
@@ -131,71 +134,65 @@ def build_training(config: Namespace) -> Training:
     weights = config.ckpt_path  # a resumed run's own start is in its record, read before a restart clears it
     if resumed := weights == "last":
         weights = yaml.safe_load((Path(config.output_dir) / records.RUN_RECORD).read_text()).get("ckpt_path")
+    # Resumed from its last.ckpt; without one (killed before it), a resume starts the run over as a new one.
+    resuming = resumed and (Path(config.output_dir) / "checkpoints" / "last.ckpt").is_file()
     if rank_zero_only.rank > 0:  # rank 0 has chosen (and passed it on), or torchrun gave every process the folder
         if not (shared := config.output_dir or os.environ.get(RUN_DIR_VARIABLE)):
             raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
         run_dir = Path(shared)
-    elif resumed:
+    elif resuming:
         records.lock(run_dir := Path(config.output_dir))  # one run at a time in a folder
-        if (last := run_dir / "checkpoints" / "last.ckpt").is_file():
-            epochs = checkpoints.completed_epochs(checkpoints.read_checkpoint(last))
-            refuse_finished_run(run_dir, epochs, config.max_epochs)
-        elif not records.clear_unstarted_run(run_dir):  # else killed (kill -9) before its first checkpoint: restarted
-            raise UserError(f"{last} is gone: test (evaluate.py) or fine-tune (--ckpt_path) its other checkpoints.")
+        refuse_finished_run(run_dir, config.max_epochs)
     else:
         run_dir = records.new_run_dir(config.output_dir)
     os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
     last = run_dir / "checkpoints" / "last.ckpt"
-    resuming = resumed and last.is_file()
     try:
         # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
         seed_everything(config.seed, workers=True, verbose=False)
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
         built = build_parser().instantiate_classes(config)
-        sizes, datamodule = checks.data_sizes(built.data), built.data  # the model is built for the data's sizes
+        sizes = checks.data_sizes(datamodule := built.data)  # the model is built for the data's sizes
         model = model_class()(**arguments_of(model_class(), built), **sizes)
         checks.check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
         checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
-        if weights or resuming:  # a new run from these weights has its own optimizer and schedule
-            checkpoints.load_weights(model, last if resuming else weights)  # resuming: Lightning loads them again
+        if start := last if resuming else weights:  # a new run from weights has its own optimizer and schedule
+            checkpoints.load_weights(model, start)  # resuming: refused now if they no longer fit; Lightning loads them
         if rank_zero_only.rank == 0:
             datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
         # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept
-        # here would stop every later resume at once (Lightning's Timer counts the whole run's time).
+        # here would stop every later resume at once (Lightning's Timer counts the earlier segments' time).
         record = config.clone().update(Namespace(output_dir=None, max_time=None, ckpt_path=weights))
         record_text = build_parser().dump(record, skip_none=False)
-        # Class paths and settings as hyperparameters, as LightningCLI keeps them: load_from_checkpoint rebuilds any
-        # --net and --data with Lightning's instantiate_module, with no pickled code in the checkpoint.
-        chosen, instantiator = config.as_dict(), {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
-        if callable(net := chosen["net"]):  # a function that builds the network: kept as its import path
-            net = f"{net.__module__}.{net.__qualname__}"
-        model.save_hyperparameters({**model.hparams, "net": net, "_class_path": MODEL, **instantiator})
+        # Class paths and settings as hyperparameters, as LightningCLI keeps them (a function that builds the network
+        # by its import path): load_from_checkpoint rebuilds any --net and --data, with no pickled code.
+        chosen = yaml.safe_load(record_text)
+        instantiator = {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
+        model.save_hyperparameters({**model.hparams, "net": chosen["net"], "_class_path": MODEL, **instantiator})
         data = chosen["data"]  # its init_args hold at least batch_size
         datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
-        callbacks = [*as_list(built.callbacks), BatchCheck(), EpochHistory(fingerprint(record_text))]
-        callbacks += [EpochTimer(built.max_time, interval="epoch")] * (built.max_time is not None)
+        given = built.callbacks or []  # one callback or a list, as Lightning takes them
+        callbacks = [*given] if isinstance(given, list) else [given]
+        callbacks += [BatchCheck(), EpochHistory(fingerprint(record_text))]
+        # Checked at epoch ends: Lightning's check after every batch ends the epoch where it is, as if complete (a
+        # resumed run would skip the rest of it).
+        if built.max_time:
+            callbacks.append(Timer(built.max_time, interval="epoch"))
         # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
         validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
         callbacks += checkpoints.run_checkpoints(last.parent, validated) * (built.enable_checkpointing is not False)
-        if built.quiet:  # Lightning's banners ("GPU available: ...") are INFO records
-            built.enable_progress_bar = built.enable_model_summary = False
-            for name in ("lightning.pytorch", "lightning.fabric"):
-                logging.getLogger(name).setLevel(logging.WARNING)
         if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
             callbacks.append(progress_display())
-        logger = built.logger  # False, or Logger objects built from class paths
-        if logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/ rather than overwrite logs/metrics.csv
+        if built.logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/, not over logs/metrics.csv
             version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
-            logger = records.CSVLog(run_dir, "logs", version)
-        elif logger == "tensorboard":  # without the tensorboard extra installed, Lightning's own message
-            logger = TensorBoardLogger(run_dir, name="tensorboard", version="", default_hp_metric=False)
-        callbacks += [LearningRateMonitor(logging_interval="step")] * bool(logger)
-        plugins = as_list(built.plugins)  # a CheckpointIO of the user's own replaces the atomic one
-        plugins += [checkpoints.AtomicCheckpointIO()] * (not any(isinstance(p, CheckpointIO) for p in plugins))
-        settings = dict(callbacks=callbacks, logger=logger, plugins=plugins, max_time=None, default_root_dir=run_dir)
-        with workarounds.lightning_notes_ignored():  # max_time: EpochTimer's
-            trainer = Trainer(**arguments_of(Trainer, built) | settings)
+            built.logger = records.CSVLog(run_dir, "logs", version)
+        callbacks += [LearningRateMonitor(logging_interval="step")] * bool(built.logger)
+        built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run_dir))
+        with workarounds.lightning_notes_ignored():
+            trainer = Trainer(**arguments_of(Trainer, built))
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a --plugins one
+            trainer.strategy.checkpoint_io = checkpoints.AtomicCheckpointIO()
         if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
             trainer.callbacks.append(StopTogether())
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the processes have joined: StopTogether
@@ -203,15 +200,11 @@ def build_training(config: Namespace) -> Training:
             with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all
                 file.write(record_text.encode())
     except BaseException:
-        if not resuming and rank_zero_only.rank == 0:
+        if rank_zero_only.rank == 0:  # a resumed run's folder is kept: it holds its last.ckpt
             records.discard_new_run(run_dir)
         raise
     return Training(trainer, model, datamodule, str(last) if resuming else None)
 
 
-def arguments_of(cls: type, config: Namespace | dict) -> dict[str, Any]:
-    return {name: config[name] for name in inspect.signature(cls.__init__).parameters if name in config}
-
-
-def as_list(value: Any) -> list:
-    return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
+def arguments_of(cls: type, config: Namespace) -> dict:
+    return {name: config[name] for name in inspect.signature(cls).parameters if name in config}

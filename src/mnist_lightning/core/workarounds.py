@@ -48,7 +48,7 @@ def lightning_notes_ignored() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
-        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['EpochTimer'\]")
+        warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
         # An empty DataLoader: the run says which one, and what to do (callbacks.BatchCheck, train.train).
         warnings.filterwarnings("ignore", message=r"Total length of `\w+` across ranks is zero\.")
         # Lightning's old names of 16-mixed and bf16-mixed: the run's summary names the precision used.
