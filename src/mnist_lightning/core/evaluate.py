@@ -70,9 +70,9 @@ def load_with_overrides(config: Namespace):
 def evaluate(config: Namespace) -> None:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     model, datamodule, epochs = load_with_overrides(config)
-    config.output_dir = str(run_dir := new_run_dir(config.output_dir))
+    run_dir = new_run_dir(config.output_dir)
     try:
-        with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
+        with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how (not where: train.py's neither)
             file.write(build_parser().dump(config).encode())
         with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
             settings = {key: config[key] for key in ("accelerator", "devices", "precision")}

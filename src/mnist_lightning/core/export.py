@@ -43,8 +43,8 @@ def export(config: Namespace) -> None:
     whole beside its earlier one, and all are moved in once all are written: a failure or a stop changes no file (a
     folder made for them stays)."""
     model, data, _ = load_checkpoint(config.ckpt_path)
-    shape, batch = model.hparams.input_shape, torch.export.Dim("batch")  # the input by position (any name)
-    program = torch.export.export(model.net.eval(), (torch.zeros(2, *shape),), dynamic_shapes=({0: batch},))
+    shape, dynamic = model.hparams.input_shape, ({0: torch.export.Dim("batch")},)  # the input by position
+    program = torch.export.export(model.net.eval(), (torch.zeros(2, *shape),), dynamic_shapes=dynamic)
     spec = {  # (float32 in and out, as the docstring says)
         "input": {"name": "images", "shape": ["batch", *shape]},
         "output": {"name": "logits", "shape": ["batch", model.hparams.num_classes]},
