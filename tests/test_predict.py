@@ -112,6 +112,16 @@ def test_an_export_says_each_file_it_wrote(fake_ckpt, tmp_path, capsys):
         assert written == [f"Wrote {tmp_path / 'export' / name}" for name in ("preprocessing.json", "model.pt2")]
 
 
+@pytest.mark.slow
+def test_onnx_without_the_onnx_extra_is_pythons_message_and_writes_nothing(fake_ckpt, tmp_path):
+    """export.py writes model.pt2 unless asked for ONNX, which needs the onnx extra: without it, Python's message."""
+    code = "import sys; sys.modules['onnxscript'] = None; import mnist_lightning.core.export as e; sys.exit(e.main())"
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2", "onnx"]
+    ended = subprocess.run([sys.executable, "-c", code, *flags], capture_output=True, text=True)
+    assert ended.returncode == 2 and ended.stderr == "Error: import of onnxscript halted; None in sys.modules\n"
+    assert not (tmp_path / "export").exists()
+
+
 def stop_with(signum: int):
     """A stand-in for a step of the command that sends ``signum`` to this very process, as kill or Ctrl-C would."""
 

@@ -148,7 +148,8 @@ def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):
 def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path, capsys):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")
-    assert export.main(["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export")]) == 0
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2", "onnx"]
+    assert export.main(flags) == 0
     files = {"pt2": "model.pt2", "onnx": "model.onnx", "preprocessing": "preprocessing.json"}
     written = {f"Wrote {tmp_path / 'export' / file}" for file in files.values()}
     assert set(capsys.readouterr().out.splitlines()) == written  # what it wrote, and nothing else

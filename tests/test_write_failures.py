@@ -243,7 +243,7 @@ def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
 def test_an_export_onto_a_disk_that_is_full(checkpoint, tmp_path, capsys):
     """The ONNX file does not fit beside the earlier export."""
     with small_disk(tmp_path / "small", "128k") as disk:
-        flags = ["--ckpt_path", checkpoint, "--output_dir", str(disk / "exports")]
+        flags = ["--ckpt_path", checkpoint, "--output_dir", str(disk / "exports"), "--formats", "pt2", "onnx"]
         assert export.main(flags) == 0
         earlier = exported(disk / "exports")
         assert export.main(flags) == 1

@@ -20,7 +20,7 @@ from .workarounds import lightning_notes_ignored
 
 @dataclass
 class CheckpointOptions:
-    """The checkpoint, and what of its run to change
+    """The checkpoint, where to run it, and what of its run to change
 
     Args:
         ckpt_path: A .ckpt written by scripts/train.py.

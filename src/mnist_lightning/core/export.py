@@ -1,8 +1,8 @@
-"""Export the trained network for serving without Lightning: torch.export (.pt2) and, with the onnx extra, ONNX.
+"""Export the trained network for serving without Lightning: torch.export (.pt2) and, asked for (it needs the onnx
+extra), ONNX.
 Both take a batch of model inputs (float32, any batch size) and return class scores (ONNX: logits);
 preprocessing.json says so, with the data module's recipe for inputs where it has one (preprocessing())."""
 
-import importlib.util
 import io
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,8 +33,7 @@ class Options:
 def build_parser() -> Parser:
     parser = Parser(description=__doc__, exit_on_error=False)
     parser.add_class_arguments(Options)
-    installed = ["pt2", "onnx"] if importlib.util.find_spec("onnxscript") else ["pt2"]  # onnx: with the onnx extra
-    parser.add_argument("--formats", nargs="+", choices=("pt2", "onnx"), default=installed, help="Which ones.")
+    parser.add_argument("--formats", nargs="+", choices=("pt2", "onnx"), default=["pt2"], help="onnx: the onnx extra.")
     return parser
 
 
