@@ -46,9 +46,9 @@ def predict(config: Namespace) -> None:
                     f"read as a batch of shape {tuple(got.shape)}, where the model takes samples of shape {shape}"
                 )
         except Exception as error:  # one bad file (of any kind of damage) must not cost the others
-            rows.append({"input": str(name), "status": "skipped", "prediction": None, "confidence": None})
-            rows[-1]["note"] = str(error).strip()
-            print(f"Skipped {name}: {rows[-1]['note']}.", file=sys.stderr)
+            note = str(error).strip()
+            rows.append({"input": str(name), "status": "skipped", "prediction": None, "confidence": None, "note": note})
+            print(f"Skipped {name}: {note}.", file=sys.stderr)
         else:
             rows += [{"input": f"{name}[{i}]" if len(got) > 1 else str(name), "status": "ok"} for i in range(len(got))]
             samples.append(got)
