@@ -85,7 +85,7 @@ def per_kind(args, ckpt: str, images: np.ndarray, labels: np.ndarray, work: Path
             "agreement": float(
                 np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_pictures, in_mnist_form, strict=True)])
             ),
-            "blank": sum(row["status"] == "blank" for row in from_pictures),
+            "blank": sum((row["note"] or "").startswith("blank:") for row in from_pictures),
         }
         print(f"{name}: {results[name]}", flush=True)
     return results

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Export a checkpoint's SimpleNN for serving without Lightning (.pt2, and ONNX with the onnx extra), with
-preprocessing.json: every step from a picture to the model's input.
+"""Export a checkpoint's SimpleNN for serving without Lightning (.pt2, and ONNX with --formats pt2 onnx and the onnx
+extra), with preprocessing.json: every step from a picture to the model's input.
 
 python scripts/export.py --ckpt_path runs/<run>/checkpoints/last.ckpt
 """

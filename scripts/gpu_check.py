@@ -162,7 +162,11 @@ def use_checkpoint(check: Check, ckpt: str, data_dir: str) -> None:
     # end with_digit_photos
     predict = script("predict.py", *inputs, *flags, "--output", str(work / "predictions.csv"))
     check.run(f"predict.py --accelerator {acc}", predict, predicted)
-    check.run("export.py", script("export.py", "--ckpt_path", ckpt, "--output_dir", str(work / "export")), exported)
+    check.run(
+        "export.py",
+        script("export.py", "--ckpt_path", ckpt, "--output_dir", str(work / "export"), "--formats", "pt2", "onnx"),
+        exported,
+    )
 
 
 def gpu_check(args: argparse.Namespace) -> None:

@@ -1,11 +1,10 @@
-"""predict.py on IDX files and on the data module's own predict set: the rows on stdout or in the output file, and
-its mistakes told before any work; export replaces its own earlier files.
+"""predict.py on IDX files and on the data module's own predict set: the rows on stdout or in the output file, whole
+or not at all; export replaces its own earlier files.
 """
 
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,21 +36,22 @@ def predict(ckpt: str, *inputs, tmp_path: Path, flags=()) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    ("output", "phrase"),
+    ("output", "reason"),
     [
-        ("out.txt", "give a .csv or .json file of its own"),
-        ("folder.csv", "give a .csv or .json file of its own"),
-        ("afile/out.csv", "not a directory"),
-        ("/proc/out.csv", "/proc/out.csv cannot be written"),  # /proc takes no new file, even from root
+        ("folder.csv", "Is a directory"),
+        ("/proc/out.csv", "No such file or directory"),  # /proc takes no new file, even from root
     ],
 )
-def test_output_is_checked_before_any_work(tmp_path, capsys, output, phrase):
+def test_an_output_that_cannot_be_written_is_one_paragraph_and_leaves_nothing(
+    fake_ckpt, tmp_path, capsys, output, reason
+):
+    """No pre-check of --output: the write fails with the OS's reason, and no file is left half-written."""
     (tmp_path / "folder.csv").mkdir()
-    (tmp_path / "afile").write_text("")
-    # No checkpoint, no inputs: the --output mistake is reported first, before any of them is looked at.
-    code = main(["--ckpt_path", str(tmp_path / "none.ckpt"), "missing.png", "--output", str(tmp_path / output)])
+    path = tmp_path / output
+    assert main(["--ckpt_path", fake_ckpt, "--output", str(path)]) == 1
     err = one_line(capsys.readouterr().err)
-    assert code == 2 and phrase in err and "--output" in err and "none.ckpt" not in err
+    assert err == f"Error: {path} could not be written: {reason}.", err
+    assert [p.name for p in tmp_path.iterdir()] == ["folder.csv"] and not any(tmp_path.glob("*/*"))
 
 
 @pytest.mark.parametrize(
@@ -68,17 +68,13 @@ def test_bad_options_are_one_paragraph_without_usage(fake_ckpt, capsys, flags, p
     assert phrase in one_line(err) and "usage:" not in err and err.startswith("Error:")
 
 
-def test_predictions_do_not_replace_what_a_run_wrote(fake_ckpt, tmp_path, capsys):
-    run = tmp_path / "run"
-    shutil.copytree(Path(fake_ckpt).parents[1], run)
-    ckpt = str(run / "checkpoints" / Path(fake_ckpt).name)
-    for written in ("metrics.json", "logs/metrics.csv"):
-        before = (run / written).read_bytes()
-        assert main(["--ckpt_path", ckpt, "--output", str(run / written)]) == 2
-        assert f"--output {run / written}: give a .csv or .json file of its own" in one_line(capsys.readouterr().err)
-        assert (run / written).read_bytes() == before
-    for _ in range(2):  # a file of their own in the run's folder, replaced by the next predict
-        assert main(["--ckpt_path", ckpt, "--output", str(run / "predictions.csv")]) == 0
+def test_an_output_name_not_ending_in_json_gets_csv(fake_ckpt, tmp_path, capsys):
+    """Any name but *.json gets CSV, replaced whole by the next predict."""
+    output = tmp_path / "predictions.txt"
+    for _ in range(2):
+        assert main(["--ckpt_path", fake_ckpt, "--output", str(output)]) == 0
+    lines = output.read_text().splitlines()
+    assert lines[0] == "input,status,prediction,confidence,note" and len(lines) == FAKE_TEST + 1
 
 
 def test_the_rows_go_to_stdout_or_whole_to_the_output_file(fake_ckpt, capsys, tmp_path):
@@ -108,11 +104,22 @@ def test_without_inputs_the_data_modules_predict_set_is_predicted(fake_ckpt, fak
     assert all(row["status"] == "ok" and 0.1 - 1e-6 <= row["confidence"] <= 1 for row in rows)
 
 
-def test_a_second_export_says_what_it_replaced(fake_ckpt, tmp_path, capsys):
+def test_an_export_says_each_file_it_wrote(fake_ckpt, tmp_path, capsys):
     flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2"]
-    assert export.main(flags) == 0 and "replaced" not in capsys.readouterr().out
-    assert export.main(flags) == 0
-    assert "model.pt2 (replaced the earlier one)" in capsys.readouterr().out
+    for _ in range(2):  # a second export replaces the first, and says the same
+        assert export.main(flags) == 0
+        written = capsys.readouterr().out.splitlines()
+        assert written == [f"Wrote {tmp_path / 'export' / name}" for name in ("preprocessing.json", "model.pt2")]
+
+
+@pytest.mark.slow
+def test_onnx_without_the_onnx_extra_is_pythons_message_and_writes_nothing(fake_ckpt, tmp_path):
+    """export.py writes model.pt2 unless asked for ONNX, which needs the onnx extra: without it, Python's message."""
+    code = "import sys; sys.modules['onnxscript'] = None; import mnist_lightning.core.export as e; sys.exit(e.main())"
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2", "onnx"]
+    ended = subprocess.run([sys.executable, "-c", code, *flags], capture_output=True, text=True)
+    assert ended.returncode == 2 and ended.stderr == "Error: import of onnxscript halted; None in sys.modules\n"
+    assert not (tmp_path / "export").exists()
 
 
 def stop_with(signum: int):
@@ -159,12 +166,12 @@ def test_an_export_stopped_midway_leaves_the_earlier_export_whole(
 def test_a_stopped_export_into_a_new_folder_leaves_no_file(
     fake_ckpt, tmp_path, monkeypatch, capsys, signum, status, said, step
 ):
-    """`timeout -s TERM ... export.py --output_dir X` (or Ctrl-C): no X, nor the folders made for it."""
+    """`timeout -s TERM ... export.py --output_dir X` (or Ctrl-C): no file in X (only the lock of a folder it made)."""
     monkeypatch.setattr(export, step, stop_with(signum))
     flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "new" / "exports"), "--formats", "pt2"]
     assert export.main(flags) == status
     assert capsys.readouterr().err.strip() == said
-    assert not any(tmp_path.iterdir())
+    assert [path.name for path in tmp_path.rglob("*") if path.is_file()] in ([], [".lock"])
 
 
 @pytest.mark.parametrize(("signum", "status", "said"), STOPS)

@@ -113,8 +113,8 @@ def test_bad_files_are_skipped_one_by_one_and_the_rest_are_predicted(fake_ckpt, 
         "truncated.png": "skipped",
         "bomb.png": "skipped",
         "large.png": "skipped",
-        "dot.png": "blank",
-        "grey.png": "blank",
+        "dot.png": "skipped",
+        "grey.png": "skipped",
         "missing.png": "skipped",
         "nothing_here": "skipped",
     }
@@ -126,11 +126,16 @@ def test_bad_files_are_skipped_one_by_one_and_the_rest_are_predicted(fake_ckpt, 
     assert err.count("too large to decode safely") == 2 and "Traceback" not in err
 
 
-def test_blank_pictures_are_reported_without_a_digit(fake_ckpt, capsys, tmp_path):
+def test_a_blank_picture_is_skipped_as_blank(fake_ckpt, fake_mnist, capsys, tmp_path):
+    """A picture with no ink holds no digit: skipped, its note saying it is blank; alone, nothing is predicted."""
     Image.new("RGB", (1, 1), "white").save(tmp_path / "blank.png")
-    assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png")]) == 0
-    (row,) = csv.DictReader(io.StringIO(capsys.readouterr().out))
-    assert row["status"] == "blank" and row["prediction"] == "" and row["note"] == "no ink stands out from the paper"
+    idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png"), str(idx)]) == 0
+    row, *predicted = csv.DictReader(io.StringIO(capsys.readouterr().out))
+    assert (row["status"], row["prediction"]) == ("skipped", "") and len(predicted) == FAKE_TEST
+    assert row["note"] == "blank: no ink stands out from the paper"
+    assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png")]) == 2
+    assert "No input could be read" in capsys.readouterr().err
 
 
 def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):
@@ -143,7 +148,8 @@ def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):
 def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path, capsys):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")
-    assert export.main(["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export")]) == 0
+    flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2", "onnx"]
+    assert export.main(flags) == 0
     files = {"pt2": "model.pt2", "onnx": "model.onnx", "preprocessing": "preprocessing.json"}
     written = {f"Wrote {tmp_path / 'export' / file}" for file in files.values()}
     assert set(capsys.readouterr().out.splitlines()) == written  # what it wrote, and nothing else

@@ -20,9 +20,7 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 
 
 class NothingToPredict(ValueError):
-    """A file given to predict.py holds no input (a blank picture, say)."""
-
-    blank = True  # predict.py reports the file as blank, not as unreadable
+    """A file given to predict.py holds no input (a blank picture, say): skipped, its note saying so."""
 
 
 class UnreadableFile(ValueError):
@@ -50,7 +48,7 @@ def read_digits(path: Path, mean: float, std: float) -> Tensor:
             with Image.open(path) as image:
                 return to_model_input(image, mean, std).unsqueeze(0)
     except NoInkError as error:
-        raise NothingToPredict(str(error)) from error
+        raise NothingToPredict(f"blank: {error}") from error
     except Exception as error:  # one bad file (of any kind of damage) is reported, and the others still count
         raise UnreadableFile(why_unreadable(error)) from error
 

@@ -2,13 +2,14 @@
 keys of training's, and config.yaml, its options, in a new run folder."""
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
-from jsonargparse import ArgumentParser, Namespace
+from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 
 from .callbacks import BatchCheck, progress_display
-from .checkpoints import Checkpoint, load_checkpoint
+from .checkpoints import load_checkpoint
 from .checks import check_tested
 from .cli import USER_ERRORS, BatchSize, Parser
 from .devices import check_gpu
@@ -17,27 +18,49 @@ from .records import RUN_RECORD, discard_new_run, new_run_dir, replaced, run_met
 from .workarounds import lightning_notes_ignored
 
 
-def build_parser() -> ArgumentParser:
-    parser = Parser(prog="evaluate.py", description=__doc__, exit_on_error=False)
-    add_checkpoint_options(parser)
-    parser.add_argument("--devices", type=int | str, default=1, help="How many devices (or which: [0, 1]).")
-    parser.add_argument("--precision", type=str | None, default=None, help="e.g. 32-true, bf16-mixed, 16-mixed.")
-    parser.add_argument("--output_dir", type=str | None, default=None, help="Unset: a new folder in runs/.")
+@dataclass
+class CheckpointOptions:
+    """The checkpoint, where to run it, and what of its run to change
+
+    Args:
+        ckpt_path: A .ckpt written by scripts/train.py.
+        accelerator: cpu, gpu, cuda, mps or auto.
+        data: Data module arguments to change, e.g. --data.data_dir DIR.
+        batch_size: Samples per batch (default: the training run's).
+    """
+
+    ckpt_path: str
+    accelerator: str = "auto"
+    data: dict[str, Any] = field(default_factory=dict)
+    batch_size: BatchSize | None = None
+
+
+@dataclass
+class Options:
+    """How to test it
+
+    Args:
+        devices: How many devices (or which: [0, 1]).
+        precision: e.g. 32-true, bf16-mixed, 16-mixed.
+        output_dir: The new run folder (default: a new folder under runs/).
+    """
+
+    devices: int | str = 1
+    precision: str | None = None
+    output_dir: str | None = None
+
+
+def build_parser() -> Parser:
+    parser = Parser(description=__doc__, exit_on_error=False)
+    parser.add_class_arguments(CheckpointOptions)  # predict.py's too
+    parser.add_class_arguments(Options)
     return parser
 
 
-def add_checkpoint_options(parser: ArgumentParser) -> None:
-    """--ckpt_path, what of its training run's data module to change (a data_dir that moved, a batch size), and
-    the accelerator to run it on."""
-    parser.add_argument("--ckpt_path", type=str, required=True, help="A .ckpt written by scripts/train.py.")
-    parser.add_argument("--accelerator", type=str, default="auto", help="cpu, gpu, cuda, mps or auto.")
-    parser.add_argument("--data", type=dict[str, Any], default={}, help="Data module arguments: --data.data_dir DIR.")
-    parser.add_argument("--batch_size", type=BatchSize | None, default=None, help="Unset: the training run's.")
-
-
-def load_with_overrides(config: Namespace) -> Checkpoint:
-    """The checkpoint of ``config.ckpt_path``, its data module built with add_checkpoint_options's changes, for a
-    command that runs it on ``config.accelerator`` (checked first) and prints its results, not the device banners."""
+def load_with_overrides(config: Namespace):
+    """The checkpoints.Checkpoint of ``config.ckpt_path``, its data module built with CheckpointOptions's changes,
+    for a command that runs it on ``config.accelerator`` (checked first) and prints its results, not the device
+    banners."""
     check_gpu(config.accelerator)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     batch_size = {"batch_size": config.batch_size} if config.batch_size else {}
@@ -49,10 +72,10 @@ def evaluate(config: Namespace) -> None:
     model, datamodule, epochs = load_with_overrides(config)
     run_dir = new_run_dir(config.output_dir)
     try:
-        with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how
-            file.write(build_parser().dump(config.clone().update(str(run_dir), "output_dir")).encode())
-        settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
+        with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how (not where: train.py's neither)
+            file.write(build_parser().dump(config).encode())
         with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
+            settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
             trainer = Trainer(logger=False, callbacks=[progress_display(), BatchCheck()], **settings)
             results = trainer.test(model, datamodule=datamodule, verbose=False)
         check_tested(trainer)
