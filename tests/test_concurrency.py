@@ -112,11 +112,15 @@ def test_an_output_folder_name_the_system_cannot_hold_is_refused(flags, checkpoi
     assert "Pass another --output_dir." in message and not [path for path in tmp_path.rglob("*") if path.is_file()]
 
 
-def test_an_output_folder_whose_name_is_not_utf_8_takes_the_run(checkpoint, tmp_path):
-    """`--output_dir $'bad\\xff'`: the system takes any bytes but / in a name, and so does the run."""
+@pytest.mark.parametrize("script", ["train", "evaluate"])
+def test_an_output_folder_whose_name_is_not_utf_8_takes_the_run(flags, checkpoint, tmp_path, script):
+    """`--output_dir $'bad\\xff'`: the system takes any bytes but / in a name, and so does the run, which prints it
+    (in a UTF-8 locale, where Python refuses to print what is not UTF-8 text)."""
     folder = os.fsencode(tmp_path) + b"/bad\xff"
-    command = [sys.executable, "scripts/evaluate.py", "--ckpt_path", checkpoint, "--output_dir", folder]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, errors="backslashreplace")
+    options = [*flags, "--max_epochs", "1"] if script == "train" else ["--ckpt_path", checkpoint]
+    command = [sys.executable, f"scripts/{script}.py", *options, "--output_dir", folder]
+    strict = os.environ | {"PYTHONIOENCODING": "utf-8:strict"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, errors="backslashreplace", env=strict)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert json.loads(Path(os.fsdecode(folder), "metrics.json").read_text())["test/acc"] is not None
 

@@ -82,6 +82,8 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
     ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch.
     ``exiting``: the process ends with it (a command's ``main()``, given no arguments)."""
     apply_workarounds()
+    if hasattr(sys.stdout, "reconfigure"):  # (a notebook's output has none) File names need not be UTF-8 text:
+        sys.stdout.reconfigure(errors="backslashreplace")  # one printed in a UTF-8 locale is not a failure
     sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
     def on_sigterm(signum, frame):  # also called by Lightning's own handler, during fit
