@@ -114,9 +114,9 @@ class RunCheckpoint(ModelCheckpoint):
     best one, pointing at the old place."""
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        old, new = state_dict["dirpath"], self.dirpath  # the run folder's own files: their paths start with it
-        moved = {k: v.replace(old, new, 1) if isinstance(v, str) else v for k, v in state_dict.items()}
-        moved["best_k_models"] = {p.replace(old, new, 1): score for p, score in state_dict["best_k_models"].items()}
+        old = state_dict["dirpath"]  # the run folder's own files: their paths start with it
+        moved = {k: v.replace(old, self.dirpath, 1) if isinstance(v, str) else v for k, v in state_dict.items()}
+        moved["best_k_models"] = {p.replace(old, self.dirpath, 1): s for p, s in moved["best_k_models"].items()}
         super().load_state_dict(moved)
 
 

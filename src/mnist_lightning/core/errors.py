@@ -2,7 +2,6 @@
 or machine is one paragraph; a library's refusal of a value is its own message; an error in the user's code is
 Python's traceback, after a line naming the hook that failed."""
 
-import errno
 import importlib.util
 import os
 import signal
@@ -38,8 +37,7 @@ class WriteError(UserError):
     exit_code = 1
 
     def __init__(self, path: Path, error: OSError) -> None:
-        reason = {errno.EFBIG: "a file-size limit is reached (ulimit -f)", errno.ENOSPC: "the disk is full"}
-        super().__init__(f"{path} could not be written: {reason.get(error.errno, error.strerror or error)}.")
+        super().__init__(f"{path} could not be written: {error.strerror or error}.")  # the OS's own reason
 
 
 def in_user_code(filename: str) -> bool:
@@ -84,7 +82,8 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
     ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch.
     ``exiting``: the process ends with it (a command's ``main()``, given no arguments)."""
     apply_workarounds()
-
+    if hasattr(sys.stdout, "reconfigure"):  # (a notebook's output has none) File names need not be UTF-8 text:
+        sys.stdout.reconfigure(errors="backslashreplace")  # one printed in a UTF-8 locale is not a failure
     sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
     def on_sigterm(signum, frame):  # also called by Lightning's own handler, during fit
@@ -115,8 +114,8 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
         from lightning_utilities.core.rank_zero import rank_zero_only
 
         if getattr(rank_zero_only, "rank", 0) == 0:
-            said = f"Stopped by {'Ctrl-C' if ctrl_c else 'SIGTERM'}"
-            print(f"\n{said}: {where()}" if where else f"\n{'Interrupted' if ctrl_c else said}.", file=sys.stderr)
+            said = "Interrupted" if ctrl_c else "Stopped by SIGTERM"
+            print(f"\n{said}: {where()}" if where else f"\n{said}.", file=sys.stderr)
         return INTERRUPTED if ctrl_c else TERMINATED
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit

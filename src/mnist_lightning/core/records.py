@@ -23,24 +23,23 @@ from .errors import UserError, WriteError
 RUN_RECORD = "config.yaml"  # every option of a run, resolved; written in its folder before training
 LOCK_FILE = ".lock"  # held by the command writing into a run folder (see lock)
 # What a run killed before its first checkpoint leaves in its folder.
-UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints", "tensorboard"}
-_held: dict[Path, FileLock] = {}  # the folders this process holds
+UNSTARTED_RUN_ENTRIES = {RUN_RECORD, "logs", "checkpoints"}
+_held: list[FileLock] = []  # the folders this process holds
 
 
 def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -> Path:
     """The folder for a new run, made and locked: ``output_dir`` if given and unused, else a new runs/<time>."""
     if output_dir is None:
         stamp = Path(runs_root, datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
-        for output_dir in (stamp, *(Path(f"{stamp}_{n}") for n in range(1, 1000))):
+        for n in range(1000):
+            output_dir = Path(f"{stamp}_{n}" if n else stamp)
             with suppress(OSError):  # made here, not merely found free: commands started in one second get one each
                 output_dir.mkdir(parents=True)
                 break
             if not output_dir.exists():  # cannot be made (not taken): lock says why
                 break
-    output_dir = Path(output_dir)
-    lock(output_dir)  # first: two runs started at once into one folder must not both find it unused
+    lock(output_dir := Path(output_dir))  # first: two runs started at once into one folder must not both find it unused
     if not clear_unstarted_run(output_dir):
-        release(output_dir)
         raise UserError(f"{output_dir} already holds files from an earlier run: pass another --output_dir.")
     return output_dir
 
@@ -48,12 +47,12 @@ def new_run_dir(output_dir: str | Path | None, runs_root: str | Path = "runs") -
 def clear_unstarted_run(folder: Path) -> bool:
     """Whether ``folder`` can take a run: it holds nothing, or only what a run killed before its first checkpoint
     leaves, which is cleared to start it over."""
-    entries = [path for path in folder.iterdir() if path.name != LOCK_FILE]
-    names = {path.name for path in entries}
+    names = {path.name for path in folder.iterdir()} - {LOCK_FILE}
     if (names and not {RUN_RECORD} <= names <= UNSTARTED_RUN_ENTRIES) or any(folder.glob("checkpoints/*.ckpt")):
         return False
-    for path in entries:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for name in names - {RUN_RECORD}:  # logs/ and checkpoints/
+        shutil.rmtree(folder / name)
+    (folder / RUN_RECORD).unlink(missing_ok=True)
     return True
 
 
@@ -61,44 +60,33 @@ def lock(folder: Path) -> None:
     """Make ``folder`` and lock it until :func:`release` or the process ends, however (the OS drops the lock), naming
     the holder to others: refused if another command holds it, or a folder above it. The lock holder removes the
     temporary files that a write killed midway left (see :func:`replaced`)."""
-    if (key := folder.resolve()) in _held:
-        return
-    existing = next(parent for parent in (key, *key.parents) if os.path.exists(parent))  # its file system's limits
-    path, longest = bytes(key), os.pathconf(existing, "PC_NAME_MAX")
-    room = os.pathconf(existing, "PC_PATH_MAX") - longest - 1  # a run's files need room for their names in the folder
-    try:  # said before anything is made; the records hold the path as text
-        if len(path) > room or max(map(len, path.split(b"/"))) > longest or str(key) != path.decode(errors="replace"):
-            raise ValueError(f"its path must be UTF-8 text of at most {room} bytes, with names of at most {longest}")
+    try:
         # A lock is tried with a second's patience: other commands starting look at it too, holding it an instant.
-        for parent in key.parents:  # one this process holds is free to it (and flock would refuse it twice)
-            if parent not in _held and (parent / LOCK_FILE).is_file():
+        for parent in folder.resolve().parents:  # one this process holds is free to it (is_singleton: reentrant)
+            if (parent / LOCK_FILE).is_file():
                 with suppress(PermissionError):  # another user's, or another program's: not this template's run
-                    FileLock(parent / LOCK_FILE).acquire(timeout=1).lock.release()
+                    FileLock(parent / LOCK_FILE, is_singleton=True).acquire(timeout=1).lock.release()
         folder.mkdir(parents=True, exist_ok=True)
-        (held := FileLock(folder / LOCK_FILE)).acquire(timeout=1)
+        _held.append(FileLock(folder / LOCK_FILE, is_singleton=True).acquire(timeout=1).lock)
         # The command line as text, whatever bytes its arguments hold (a file name that is not UTF-8, say).
         (folder / LOCK_FILE).write_text(f"process {os.getpid()}: {shlex.join(sys.argv)}\n", errors="backslashreplace")
     except Timeout as error:  # the lock file names its holder
         holder = Path(error.lock_file).read_text().strip() or "another process"
         raise UserError(f"{Path(error.lock_file).parent} is in use by {holder}, which has not ended.") from None
-    except (OSError, ValueError) as error:
-        problem = getattr(error, "strerror", None) or error
-        raise UserError(f"{folder} cannot be written: {problem}. Pass another --output_dir.") from error
-    _held[key] = held
+    except OSError as error:  # the OS's own reason: no such folder, permission denied, file name too long...
+        raise UserError(f"{folder} cannot be written: {error.strerror}. Pass another --output_dir.") from error
     for left in [*folder.glob(".*.partial"), *folder.glob("checkpoints/.*.partial")]:  # see replaced
         left.unlink()
 
 
-def release(folder: Path | None = None) -> None:
-    """Let go of ``folder``'s lock (without one: of every folder this process holds)."""
-    for key in [folder.resolve()] if folder else list(_held):
-        if held := _held.pop(key, None):
-            held.release()
+def release() -> None:
+    """Let go of every folder this process holds (errors.run_main does, as a command ends)."""
+    while _held:
+        _held.pop().release(force=True)
 
 
 def discard_new_run(folder: Path) -> None:
     """A new run that failed before its resume point or its results: no half-made run is left to block its restart."""
-    release(folder)
     if not any((folder / name).is_file() for name in ("checkpoints/last.ckpt", "metrics.json")):
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -136,19 +124,15 @@ def json_text(data: dict) -> str:
 def run_metrics(trainer: Trainer, model: LightningModule, test: dict, **record: Any) -> dict[str, Any]:
     """The ``metrics.json`` record of a run, with the same keys for training and evaluation (None: not measured)."""
     device = trainer.strategy.root_device
-    record = {
-        "test/acc": test.get("test/acc"),
-        "test/loss": test.get("test/loss"),
-        "best_val/acc": None,
-        "fit_seconds": None,
-        "history": [],
+    record = dict.fromkeys(["test/acc", "test/loss", "best_val/acc", "fit_seconds"]) | {"history": []} | test | record
+    record |= {
         "accelerator": device.type,
         "devices": trainer.num_devices,
         "num_nodes": trainer.num_nodes,
         "precision": trainer.precision,
         "batch_size": trainer.datamodule.hparams.batch_size,
         "peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
-    } | record
+    }
     # with_plots:
     if model.test_confusion_matrix is not None:  # [true, predicted] counts: the plots can be drawn from the record
         record["test/confusion_matrix"] = model.test_confusion_matrix.tolist()
@@ -172,15 +156,12 @@ class CSVLog(CSVLogger):
         size = path.stat().st_size if path.is_file() else 0  # (0: none, as Lightning writes a header first)
         # Lightning appends its rows, or rewrites the whole file when a new column comes: only then is it read here
         # (read at every step, a long run's log would cost more at each).
-        new_column = {key for row in experiment.metrics for key in row} - set(experiment.metrics_keys)
+        new_column = not set().union(*experiment.metrics) <= set(experiment.metrics_keys)
         before = path.read_bytes() if size and new_column else None
         try:
             super().save()
         except OSError as error:
             experiment.metrics.clear()
-            with suppress(OSError):
-                if before is not None:
-                    path.write_bytes(before)
-                else:
-                    os.truncate(path, size) if size else path.unlink()
+            with suppress(OSError):  # as it was (emptied if it was not there: Lightning writes its header first)
+                path.write_bytes(before) if before else os.truncate(path, size)
             raise WriteError(path, error) from error
