@@ -104,4 +104,9 @@ def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
 def check_tested(trainer: Trainer) -> None:
     """After ``trainer.test``: an empty test set (Lightning would only warn, and report nothing)."""
     if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
-        raise UserError(f"{type(trainer.datamodule).__name__}.test_dataloader() gave no batch: give it samples.")
+        raise no_batch(trainer, "test")
+
+
+def no_batch(trainer: Trainer, loader: str) -> UserError:
+    """An empty DataLoader (Lightning skips its stage, or only warns) named in one sentence."""
+    return UserError(f"{type(trainer.datamodule).__name__}.{loader}_dataloader() gave no batch: give it samples.")

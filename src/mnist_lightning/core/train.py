@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Timer
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import checks, resume
@@ -29,30 +27,25 @@ def train(job: Training) -> dict[str, Any]:
     with lightning_notes_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
-    if trainer.received_sigterm or any(c.any_received(trainer) for c in stop_together(trainer)):
-        raise SIGTERMException
-    spent = any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)  # --max_time
-    # No step taken: by a new run, or by a resumed one out of time (not one resumed only to be tested).
-    if trainer.global_step == history.first_step and (not trainer.global_step or spent):
-        empty = f"The data module {type(datamodule).__name__} gave no training batch (its train_dataloader() is empty)"
-        limits = "The run took no training step: its --max_time (which counts earlier segments) or limits left none"
-        cause = limits if trainer.num_training_batches else empty
-        raise UserError(f"{cause}, so there is no trained model to test: give it more.")
-    # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
-    # earlier segments are in its checkpoints) and its epochs.
-    seconds, rows = history.fit_seconds(), list(history.rows)
-    best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
-    best_path = (best and best.best_model_path) or None
-    try:
-        with lightning_notes_ignored():
+        # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
+        if trainer.received_sigterm or any(c.any_received(trainer) for c in stop_together(trainer)):
+            raise SIGTERMException
+        if not trainer.num_training_batches:  # Lightning skips the fit, saying so in an info line only
+            raise checks.no_batch(trainer, "train")
+        if not trainer.global_step:  # a new run that trained nothing (a resumed one out of --max_time is tested)
+            raise UserError("Its --max_epochs, --max_steps, --max_time or --limit_train_batches left no model to test.")
+        # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
+        # earlier segments are in its checkpoints) and its epochs.
+        seconds, rows = history.fit_seconds(), list(history.rows)
+        best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
+        best_path = (best and best.best_model_path) or None
+        try:
             results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, weights_only=True)
-        checks.check_tested(trainer)
-    except (UserError, *USER_ERRORS) as error:  # the test data or a test setting: the fit is kept
-        if (last := run_dir / "checkpoints" / "last.ckpt").is_file():
-            kept = f"{last} keeps the trained epochs: once that is fixed, `{resume.resume_hint(run_dir)}` tests it."
-            error.args = (f"{error} {kept}",)
-        raise
+            checks.check_tested(trainer)
+        except (UserError, *USER_ERRORS) as error:  # the test data or a test setting: the fit is kept, to test later
+            kept = where_the_run_stands(job)
+            error.args = (f"{error} {kept[:1].upper()}{kept[1:]}",)
+            raise
     score, seed = best and best.best_model_score, int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
     test = results[0] if results else {}  # none with --limit_test_batches 0
     metrics = run_metrics(trainer, model, test=test, epochs=trainer.current_epoch, history=rows, fit_seconds=seconds)
@@ -74,7 +67,7 @@ def train(job: Training) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    job: Training | None = None
+    job = None
     sigterm_to_stop_together()
 
     def run() -> None:
@@ -95,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
 
     def stops_itself() -> bool:  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
-        state = job.trainer.state if job else None
-        if not (state and state.fn == TrainerFn.FITTING and not state.stopped):
+        if not (job and job.trainer.state.fn == "fit" and not job.trainer.state.stopped):
             return False
         for together in stop_together(job.trainer):  # from the fit's start: the other processes may be joining
             together.received = True
@@ -112,17 +104,16 @@ def stop_together(trainer: Trainer) -> list[StopTogether]:
 
 def where_the_run_stands(job: Training | None) -> str:
     """Said after a stop or a failed write: what the run kept, and how to go on."""
-    if job is None:
-        return "there is nothing to resume yet. Run the same command again."
-    run_dir = Path(job.trainer.default_root_dir)
-    results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
-    # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
-    if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
-        complete = f"the run is complete, its results are in {results}."
-        complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
-        return complete
-    if (last := run_dir.resolve() / "checkpoints" / "last.ckpt").is_file():  # as the resume command names it
-        return f"{last} holds the epochs finished before. Resume with:\n  {resume.resume_hint(run_dir)}"
+    if job:
+        run_dir = Path(job.trainer.default_root_dir)
+        results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
+        # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
+        if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
+            complete = f"the run is complete, its results are in {results}."
+            complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
+            return complete
+        if (last := run_dir.resolve() / "checkpoints" / "last.ckpt").is_file():  # as the resume command names it
+            return f"{last} holds the epochs finished before. Resume with:\n  {resume.resume_hint(run_dir)}"
     return "there is nothing to resume yet. Run the same command again."
 
 
