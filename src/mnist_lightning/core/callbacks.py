@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import torch
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ProgressBar, Timer, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -78,15 +78,15 @@ class EpochHistory(Callback):
         # (CUDA runs asynchronously) before the clock is read.
         metrics = {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start} | metrics
-        if not math.isfinite(loss := row.get("train/loss", 0.0)):
+        if not math.isfinite(loss := metrics.get("train/loss", 0)):
             raise DivergedError(
                 f"Training diverged ({loss}): use a smaller --lr; with 16-bit weights, a -mixed or 32-true --precision."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
         if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
             epochs = f"/{trainer.max_epochs}" * (trainer.max_epochs > 0)  # -1: no limit
-            shown = "".join(f"{name} {row[name]:.4f}, " for name in RECORDED if name in row)
-            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {shown}{row['seconds']:.1f} s", flush=True)
+            shown = "".join(f"{name} {value:.4f}, " for name, value in metrics.items())
+            print(f"Epoch {row['epoch'] + 1}{epochs}: {shown}{row['seconds']:.1f} s", flush=True)
 
     def state_dict(self) -> dict:
         return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
@@ -120,13 +120,14 @@ class StopTogether(Callback):
     Lightning starts inherit it held: one sent as they start (while they import, or the first waits for them in
     torch's C++) must not end one of them alone, which Lightning 2.6 answers by SIGKILLing every process."""
 
-    received = False
+    received = False  # on the class: noted by train.py's handler from the fit's start (others may still be joining)
 
     def setup(self, trainer, pl_module, stage):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one held till now is noted now
 
-    def any_received(self, trainer: Trainer) -> bool:
-        return trainer.strategy.reduce_boolean_decision(self.received, all=False)
+    @staticmethod
+    def any_received(trainer) -> bool:
+        return trainer.strategy.reduce_boolean_decision(StopTogether.received, all=False)
 
     def on_train_batch_end(self, trainer, *args):
         if self.any_received(trainer):

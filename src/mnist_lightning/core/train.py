@@ -6,9 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from lightning.pytorch import Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import checks, resume
@@ -19,16 +17,17 @@ from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
-def train(job: Training) -> dict[str, Any]:
+def train(job: Training) -> dict:
     """Fit (resuming from ``job.ckpt_path`` if given), test the best checkpoint; the metrics, also in metrics.json."""
     trainer, model, datamodule, ckpt_path = job
     run_dir = Path(trainer.default_root_dir)
     history = next(c for c in trainer.callbacks if isinstance(c, EpochHistory))
+    StopTogether.received = False  # not a SIGTERM that stopped an earlier run in this process
     with lightning_notes_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
         # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
-        if trainer.received_sigterm or any(c.any_received(trainer) for c in stop_together(trainer)):
+        if trainer.received_sigterm or StopTogether.any_received(trainer):
             raise SIGTERMException
         if not trainer.num_training_batches:  # Lightning skips the fit, saying so in an info line only
             raise checks.no_batch(trainer, "train")
@@ -36,7 +35,7 @@ def train(job: Training) -> dict[str, Any]:
             raise UserError("Its --max_epochs, --max_steps, --max_time or --limit_train_batches left no model to test.")
         # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
         # earlier segments are in its checkpoints) and its epochs.
-        seconds, rows = history.fit_seconds(), list(history.rows)
+        seconds, rows = history.fit_seconds(), history.rows  # (a restore replaces the list)
         best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
         best_path = (best and best.best_model_path) or None
         try:
@@ -46,9 +45,9 @@ def train(job: Training) -> dict[str, Any]:
             kept = where_the_run_stands(job)
             error.args = (f"{error} {kept[:1].upper()}{kept[1:]}",)
             raise
-    score, seed = best and best.best_model_score, int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
+    score, seed = best and best.best_model_score, int(os.environ["PL_GLOBAL_SEED"])  # seed_everything's
     test = results[0] if results else {}  # none with --limit_test_batches 0
-    metrics = run_metrics(trainer, model, test=test, epochs=trainer.current_epoch, history=rows, fit_seconds=seconds)
+    metrics = run_metrics(trainer, model, test, epochs=trainer.current_epoch, history=rows, fit_seconds=seconds)
     metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path, "seed": seed}
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     job = None
     sigterm_to_stop_together()
 
-    def run() -> None:
+    def run():
         nonlocal job
         job = build_training(parse_args(argv))
         try:
@@ -87,19 +86,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise KeyboardInterrupt from error
             raise
 
-    def stops_itself() -> bool:  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
+    def stops_itself():  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
         if not (job and job.trainer.state.fn == "fit" and not job.trainer.state.stopped):
             return False
-        for together in stop_together(job.trainer):  # from the fit's start: the other processes may be joining
-            together.received = True
+        StopTogether.received = True  # what StopTogether and train() ask each other about
         # One process: noted by Lightning's handler, which calls this one once the fit's setup is done.
         return job.trainer.world_size > 1 or job.trainer.received_sigterm
 
     return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job), exiting=argv is None)
-
-
-def stop_together(trainer: Trainer) -> list[StopTogether]:
-    return [c for c in trainer.callbacks if isinstance(c, StopTogether)]  # a distributed run's (cli.build_training)
 
 
 def where_the_run_stands(job: Training | None) -> str:
@@ -108,7 +102,7 @@ def where_the_run_stands(job: Training | None) -> str:
         run_dir = Path(job.trainer.default_root_dir)
         results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
         # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
-        if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
+        if results.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
             complete = f"the run is complete, its results are in {results}."
             complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
             return complete
