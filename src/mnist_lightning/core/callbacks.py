@@ -107,7 +107,7 @@ class EpochHistory(Callback):
         torch.set_rng_state(states["torch"])
         random.setstate(states["python"])
         np.random.set_state(states["numpy"])
-        if len(states["cuda"]) == torch.cuda.device_count():  # the GPUs it was saved on
+        if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:  # the GPUs it was saved on
             torch.cuda.set_rng_state_all(states["cuda"])
 
 

@@ -57,13 +57,13 @@ def check_network(net: torch.nn.Module, samples: torch.Tensor, num_classes: int)
 
 def check_schedule(config: Any) -> None:
     """No library can say this: the cosine schedule needs the run's length."""
-    if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
+    if config.max_epochs == -1 and config.max_steps == -1 and config.lr_schedule == "cosine":
         raise UserError("--max_epochs -1 gives the cosine schedule no end: give --max_steps or --lr_schedule constant.")
 
 
 def check_launched(num_nodes: int) -> None:
     """A multi-node run alone on a machine would wait for the other nodes forever, deaf to Ctrl-C."""
-    if (num_nodes or 1) > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
+    if num_nodes > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
         raise UserError(f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun.")
 
 
