@@ -68,7 +68,7 @@ BAD_FLAGS = [
     (["--net", "torch.nn.Identity"], 2, ["maps [2, 1, 28, 28] to [2, 1, 28, 28], not to 10 scores each"]),
     (["--data.val_size", "70000"], 2, ["--data.val_size must be between 1 and 1199", "got 70000"]),
     (["--ckpt_path", "last"], 2, ["nrecognized arguments"]),  # a resume takes only what may change
-    (["--max_time", "00:00:00:00"], 2, ["left no model to test"]),
+    (["--max_time", "00:00:00:00"], 2, ["allowed no training step: there is no model to test"]),
 ]
 
 
@@ -160,7 +160,7 @@ def test_settings_that_train_nothing_report_no_accuracy(fake_mnist, tmp_path, ca
     captured = capsys.readouterr()
     assert "Test accuracy" not in captured.out
     message = one_line(captured.err)
-    assert code == 2 and "left no model to test" in message and "Traceback" not in message
+    assert code == 2 and "allowed no training step: there is no model to test" in message and "Traceback" not in message
     assert not (tmp_path / "run").exists()
 
 

@@ -564,7 +564,10 @@ def test_a_bad_test_batch_found_after_training_says_how_to_test_the_kept_run(tmp
     assert train_main([*flags, "--output_dir", str(run), *QUIET]) == 2
     message = one_paragraph(capfd.readouterr().err)
     assert "test_dataloader() holds torch.float32 (32, 4) and torch.int64 (32,)" in message
-    assert f"{run.resolve() / 'checkpoints' / 'last.ckpt'} holds the epochs finished before. Resume with: python " in message
+    assert (
+        f"{run.resolve() / 'checkpoints' / 'last.ckpt'} holds the epochs finished before. Resume with: python "
+        in message
+    )
     assert f"--output_dir {run.resolve()} --ckpt_path last" in message
     last = str(run / "checkpoints" / "last.ckpt")
     assert evaluate_main(["--ckpt_path", last, "--output_dir", str(tmp_path / "e")]) == 2

@@ -288,7 +288,9 @@ def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option
     flags = ["--data.data_dir", str(data), *TINY_RUN, "--output_dir", str(run)]
     assert main([*flags, "--limit_test_batches", "0.0001"]) == 2  # less than one test batch: found after the fit
     message = one_line(capsys.readouterr().err)
-    assert "limit_test_batches" in message and "holds the epochs finished before" in message and "Traceback" not in message
+    assert (
+        "limit_test_batches" in message and "holds the epochs finished before" in message and "Traceback" not in message
+    )
     assert main(["--output_dir", str(run), "--ckpt_path", "last", "--limit_test_batches", "1.0"]) == 0
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
 

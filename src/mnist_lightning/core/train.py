@@ -32,10 +32,11 @@ def train(job: Training) -> dict:
         if not trainer.num_training_batches:  # Lightning skips the fit, saying so in an info line only
             raise checks.no_batch(trainer, "train")
         if not trainer.global_step:  # a new run that trained nothing (a resumed one out of --max_time is tested)
-            raise UserError("Its --max_epochs, --max_steps, --max_time or --limit_train_batches left no model to test.")
+            limits = "--max_epochs, --max_steps, --max_time or --limit_train_batches"
+            raise UserError(f"The run's {limits} allowed no training step: there is no model to test.")
         # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
         # earlier segments are in its checkpoints) and its epochs.
-        seconds, rows = history.fit_seconds(), history.rows  # (a restore replaces the list)
+        seconds, rows = history.fit_seconds(), history.rows  # (the test's restore replaces history.rows, not rows)
         best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
         best_path = (best and best.best_model_path) or None
         try:
