@@ -48,7 +48,8 @@ def train(job: Training) -> dict:
             raise
     score, seed = best and best.best_model_score, int(os.environ["PL_GLOBAL_SEED"])  # seed_everything's
     test = results[0] if results else {}  # none with --limit_test_batches 0
-    metrics = run_metrics(trainer, model, test, epochs=trainer.current_epoch, history=rows, fit_seconds=seconds)
+    # Its epochs: those its history holds (a fit stopped before it began leaves Lightning's count behind by one).
+    metrics = run_metrics(trainer, model, test, epochs=len(rows), history=rows, fit_seconds=seconds)
     metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path, "seed": seed}
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
