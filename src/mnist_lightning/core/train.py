@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     def stops_itself():  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
         if not (job and job.trainer.state.fn == "fit" and not job.trainer.state.stopped):
             return False
-        StopTogether.received = True  # what StopTogether and train() ask each other about
+        StopTogether.received = True  # asked by StopTogether after each batch (DDP), and by train() after the fit
         # One process: noted by Lightning's handler, which calls this one once the fit's setup is done.
         return job.trainer.world_size > 1 or job.trainer.received_sigterm
 
