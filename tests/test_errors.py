@@ -65,11 +65,10 @@ BAD_FLAGS = [
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
     (["--max_epochs", "-1"], 2, ["--max_epochs -1 gives the cosine schedule no end", "--lr_schedule constant"]),
     (["--num_nodes", "2"], 2, ["--num_nodes 2 needs one process per machine, started by torchrun or srun"]),
-    (["--net", "helpers.NoWeights"], 2, ["The network NoWeights has no trainable parameters"]),
     (["--net", "torch.nn.Identity"], 2, ["maps [2, 1, 28, 28] to [2, 1, 28, 28], not to 10 scores each"]),
     (["--data.val_size", "70000"], 2, ["--data.val_size must be between 1 and 1199", "got 70000"]),
     (["--ckpt_path", "last"], 2, ["nrecognized arguments"]),  # a resume takes only what may change
-    (["--max_time", "00:00:00:00"], 2, ["no trained model to test"]),
+    (["--max_time", "00:00:00:00"], 2, ["allowed no training step: there is no model to test"]),
 ]
 
 
@@ -86,6 +85,14 @@ def assert_clean_failure(capsys, code, expected_code, phrases, output_dir):
     for phrase in phrases:
         assert phrase in message, (phrase, message)
     assert not output_dir.exists() or not any(output_dir.iterdir())
+
+
+def test_a_network_without_trainable_parameters_gets_torchs_own_message(fake_mnist, tmp_path, capsys):
+    """Nothing to train: torch's optimizer refuses it, in the model's configure_optimizers (the user's code)."""
+    assert run(fake_mnist, tmp_path / "run", "--net", "helpers.NoWeights") == 1
+    err = capsys.readouterr().err
+    assert "configure_optimizers() of your code raised ValueError" in err
+    assert "optimizer got an empty parameter list" in err and not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(("flags", "expected_code", "phrases"), BAD_FLAGS, ids=[" ".join(f) for f, _, _ in BAD_FLAGS])
@@ -153,7 +160,7 @@ def test_settings_that_train_nothing_report_no_accuracy(fake_mnist, tmp_path, ca
     captured = capsys.readouterr()
     assert "Test accuracy" not in captured.out
     message = one_line(captured.err)
-    assert code == 2 and "no trained model to test" in message and "Traceback" not in message
+    assert code == 2 and "allowed no training step: there is no model to test" in message and "Traceback" not in message
     assert not (tmp_path / "run").exists()
 
 

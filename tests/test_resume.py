@@ -267,9 +267,9 @@ def test_max_time_is_not_kept_for_later_resumes(data, tmp_path, capsys, recwarn)
     # Checked at each epoch's end: the run holds whole epochs (10 steps each), which a resume continues.
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10 * stopped
     (run / "metrics.json").unlink()
-    # The same limit again: the whole run's training time is already over it, and the message says so.
-    assert resume(run, "--max_time", "00:00:00:01") == 2
-    assert "no training step: its --max_time (which counts earlier segments)" in one_line(capsys.readouterr().err)
+    # The same limit again: the whole run's training time is already over it: no epoch is trained, the run is tested.
+    assert resume(run, "--max_time", "00:00:00:01") == 0
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == stopped
     # Without it, the resumed run trains to --max_epochs.
     assert resume(run, "--max_epochs", str(stopped + 2)) == 0
     assert json.loads((run / "metrics.json").read_text())["epochs"] == stopped + 2
@@ -296,7 +296,9 @@ def test_a_run_whose_testing_is_refused_is_completed_by_resuming_with_the_option
     flags = ["--data.data_dir", str(data), *TINY_RUN, "--output_dir", str(run)]
     assert main([*flags, "--limit_test_batches", "0.0001"]) == 2  # less than one test batch: found after the fit
     message = one_line(capsys.readouterr().err)
-    assert "limit_test_batches" in message and "keeps the trained epochs" in message and "Traceback" not in message
+    assert (
+        "limit_test_batches" in message and "holds the epochs finished before" in message and "Traceback" not in message
+    )
     assert main(["--output_dir", str(run), "--ckpt_path", "last", "--limit_test_batches", "1.0"]) == 0
     assert json.loads((run / "metrics.json").read_text())["test/acc"] is not None
 

@@ -294,6 +294,15 @@ def test_a_run_without_its_last_ckpt_says_what_its_kept_weights_can_do(fake_mnis
     assert list((tmp_path / "run" / "checkpoints").glob("best-*.ckpt"))  # kept, for those commands
 
 
+def test_a_run_after_one_stopped_by_sigterm_in_the_same_process_is_not_stopped(fake_mnist, tmp_path):
+    """In one Python process (a notebook, a sweep): the SIGTERM that stopped a run is not taken for the next one's."""
+    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN]
+    stop = ["--callbacks", "interrupts.SignalAt", "--callbacks.signal", "SIGTERM", "--callbacks.moment", "batch"]
+    assert main([*flags, "--output_dir", str(tmp_path / "a"), *stop, "--callbacks.marker", str(tmp_path / "m")]) == 143
+    assert main([*flags, "--output_dir", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "metrics.json").is_file()
+
+
 def test_fit_seconds_count_the_fit_and_not_the_test(fake_mnist, tmp_path, monkeypatch):
     """The test after the fit is not fit time (and loading the best checkpoint for it restores the callbacks' state
     with an earlier epoch's count, on Lightning 2.6.0): metrics.json's fit_seconds is taken before the test."""

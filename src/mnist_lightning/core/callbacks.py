@@ -9,10 +9,11 @@ import time
 
 import numpy as np
 import torch
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from .checks import no_batch
 from .errors import UserError
 
 RECORDED = ("train/loss", "val/loss", "val/acc")
@@ -29,19 +30,17 @@ class BatchCheck(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if batch_idx > 0:
             return
-        shape, classes = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes
+        shape, classes, dtype = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes, pl_module.dtype
         x, y = batch if isinstance(batch, list | tuple) and len(batch) == 2 else (batch, None)
         pair = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-        # Finite samples of the weights' dtype (under autocast: any floating one); labels cross_entropy takes.
-        mixed = "mixed" in str(trainer.precision)
-        ok = pair and x.shape[1:] == shape and (x.dtype == pl_module.dtype or (mixed and x.is_floating_point()))
-        ok = ok and y.dtype in (torch.long, torch.uint8) and y.shape == x.shape[:1] and x.isfinite().all()
-        if not (ok and ((y >= 0) & (y < classes)).all()):
+        # Samples of the weights' dtype: Lightning gives a -true precision's floats that dtype; autocast takes float32.
+        ok = pair and x.shape[1:] == shape and x.dtype == dtype and y.dtype in (torch.long, torch.uint8)
+        if not (ok and y.shape == x.shape[:1] and x.isfinite().all() and ((y >= 0) & (y < classes)).all()):
             got = " and ".join(f"{t.dtype} {tuple(t.shape)}" for t in batch) if pair else f"a {type(batch).__name__}"
             raise UserError(
                 f"The first batch of {type(trainer.datamodule).__name__}.{trainer.state.stage.dataloader_prefix}"
-                f"_dataloader() holds {got}, not finite {'floating' if mixed else pl_module.dtype} samples of its "
-                f"input_shape {shape} and int64 labels below its num_classes {classes}."
+                f"_dataloader() holds {got}, not finite {dtype} samples of its input_shape {shape} and int64 labels "
+                f"below its num_classes {classes}."
             )
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
@@ -49,8 +48,7 @@ class BatchCheck(Callback):
     def on_train_start(self, trainer, pl_module):
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""
         if trainer.num_val_batches and not any(trainer.num_val_batches):  # [] until Lightning first reads it
-            name = type(trainer.datamodule).__name__
-            raise UserError(f"{name}.val_dataloader() gave no batch: give it samples, or pass --limit_val_batches 0.")
+            raise no_batch(trainer, "val")
 
     on_train_epoch_end = on_train_start
 
@@ -62,8 +60,8 @@ class EpochHistory(Callback):
 
     def __init__(self, record: str | None = None) -> None:
         # record: the fingerprint of the run's record (resume.fingerprint), which a resume checks; fit_seconds_before:
-        # of a resumed run's earlier segments; first_step: the global step this process starts training from.
-        self.record, self.rows, self.fit_seconds_before, self.first_step = record, [], 0.0, 0
+        # of a resumed run's earlier segments.
+        self.record, self.rows, self.fit_seconds_before = record, [], 0.0
         self.on_train_start()
 
     def fit_seconds(self) -> float:
@@ -76,20 +74,19 @@ class EpochHistory(Callback):
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module):
-        # After validation; before the checkpoint callbacks, which Lightning runs last.
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)  # CUDA runs asynchronously: wait before reading the clock
-        row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start}
-        row |= {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
-        if not math.isfinite(loss := row.get("train/loss", 0.0)):
+        # After validation; before the checkpoint callbacks, which Lightning runs last. float() waits for the device
+        # (CUDA runs asynchronously) before the clock is read.
+        metrics = {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
+        row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start} | metrics
+        if not math.isfinite(loss := metrics.get("train/loss", 0)):
             raise DivergedError(
                 f"Training diverged ({loss}): use a smaller --lr; with 16-bit weights, a -mixed or 32-true --precision."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
         if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
             epochs = f"/{trainer.max_epochs}" * (trainer.max_epochs > 0)  # -1: no limit
-            shown = "".join(f"{name} {row[name]:.4f}, " for name in RECORDED if name in row)
-            print(f"Epoch {trainer.current_epoch + 1}{epochs}: {shown}{row['seconds']:.1f} s", flush=True)
+            shown = "".join(f"{name} {value:.4f}, " for name, value in metrics.items())
+            print(f"Epoch {row['epoch'] + 1}{epochs}: {shown}{row['seconds']:.1f} s", flush=True)
 
     def state_dict(self) -> dict:
         return {"rows": self.rows, "fit_seconds": self.fit_seconds()}
@@ -106,11 +103,11 @@ class EpochHistory(Callback):
         checkpoint |= {"record": self.record, "random_states": states}
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
-        self.first_step, states = checkpoint["global_step"], checkpoint["random_states"]
+        states = checkpoint["random_states"]
         torch.set_rng_state(states["torch"])
         random.setstate(states["python"])
         np.random.set_state(states["numpy"])
-        if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:
+        if len(states.get("cuda", ())) == torch.cuda.device_count() > 0:  # the GPUs it was saved on
             torch.cuda.set_rng_state_all(states["cuda"])
 
 
@@ -123,13 +120,14 @@ class StopTogether(Callback):
     Lightning starts inherit it held: one sent as they start (while they import, or the first waits for them in
     torch's C++) must not end one of them alone, which Lightning 2.6 answers by SIGKILLing every process."""
 
-    received = False
+    received = False  # on the class: noted by train.py's handler from the fit's start (others may still be joining)
 
     def setup(self, trainer, pl_module, stage):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one held till now is noted now
 
-    def any_received(self, trainer: Trainer) -> bool:
-        return trainer.strategy.reduce_boolean_decision(self.received, all=False)
+    @staticmethod
+    def any_received(trainer) -> bool:
+        return trainer.strategy.reduce_boolean_decision(StopTogether.received, all=False)
 
     def on_train_batch_end(self, trainer, *args):
         if self.any_received(trainer):

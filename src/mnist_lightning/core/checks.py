@@ -2,6 +2,7 @@
 
 import inspect
 import os
+from contextlib import suppress
 from typing import Any, Protocol
 
 import torch
@@ -45,26 +46,24 @@ def data_sizes(datamodule: DataContract) -> dict[str, Any]:
 def check_network(net: torch.nn.Module, samples: torch.Tensor, num_classes: int) -> None:
     """Unless ``net`` maps ``samples`` to one score per class, a UserError now rather than at the first batch (an
     error raised by the network itself is the user's code's, shown with its traceback)."""
-    training, name = net.training, type(net).__name__
     with torch.no_grad():
         scores = net.eval()(samples)  # eval: no batch-norm statistics updated, no dropout drawn
-    net.train(training)
+    net.train()  # as it was built
     got = list(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
     if got != [len(samples), num_classes]:
+        name = type(net).__name__
         raise UserError(f"The network {name} maps {list(samples.shape)} to {got}, not to {num_classes} scores each.")
-    if not any(parameter.requires_grad for parameter in net.parameters()):
-        raise UserError(f"The network {name} has no trainable parameters: nothing to train.")
 
 
 def check_schedule(config: Any) -> None:
     """No library can say this: the cosine schedule needs the run's length."""
-    if config.max_epochs == -1 and config.max_steps in (None, -1) and config.lr_schedule == "cosine":
+    if config.max_epochs == -1 and config.max_steps == -1 and config.lr_schedule == "cosine":
         raise UserError("--max_epochs -1 gives the cosine schedule no end: give --max_steps or --lr_schedule constant.")
 
 
 def check_launched(num_nodes: int) -> None:
     """A multi-node run alone on a machine would wait for the other nodes forever, deaf to Ctrl-C."""
-    if (num_nodes or 1) > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
+    if num_nodes > 1 and not {"WORLD_SIZE", "NODE_RANK", "SLURM_NTASKS"} & set(os.environ):
         raise UserError(f"--num_nodes {num_nodes} needs one process per machine, started by torchrun or srun.")
 
 
@@ -84,9 +83,9 @@ def load_yaml(text: str, path: str = "") -> Any:
         loader = UniqueKeyLoader(text)
         loader.name = str(path)
         content = loader.get_single_data()
-        data = content.get("data") if isinstance(content, dict) else None
-        if isinstance(data, dict) and "batch_size" in (data.get("init_args") or {}):
-            raise UserError(batch_size_refused(f"batch_size under data: init_args: in {path}"))
+        with suppress(LookupError, TypeError):  # (a file without data: init_args:)
+            if "batch_size" in content["data"]["init_args"]:
+                raise UserError(batch_size_refused(f"batch_size under data: init_args: in {path}"))
     return PARSER_YAML(text)
 
 
@@ -97,11 +96,17 @@ def batch_size_refused(where: str) -> str:
 def check_testable(datamodule: LightningDataModule, tested: bool) -> None:
     """Lightning would find out only after the fit."""
     if tested and not is_overridden("test_dataloader", datamodule):
-        name = type(datamodule).__name__
-        raise UserError(f"The data module {name} has no test_dataloader(): define one, or pass --limit_test_batches 0.")
+        raise UserError(
+            f"{type(datamodule).__name__} has no test_dataloader(): define one, or pass --limit_test_batches 0."
+        )
 
 
 def check_tested(trainer: Trainer) -> None:
     """After ``trainer.test``: an empty test set (Lightning would only warn, and report nothing)."""
     if trainer.limit_test_batches != 0 and not any(trainer.num_test_batches):
-        raise UserError(f"{type(trainer.datamodule).__name__}.test_dataloader() gave no batch: give it samples.")
+        raise no_batch(trainer, "test")
+
+
+def no_batch(trainer: Trainer, loader: str) -> UserError:
+    """An empty DataLoader (Lightning skips its stage, or only warns) named in one sentence."""
+    return UserError(f"{type(trainer.datamodule).__name__}.{loader}_dataloader() gave no batch: give it samples.")

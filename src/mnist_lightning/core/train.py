@@ -6,11 +6,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Timer
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from . import checks, resume
@@ -21,41 +17,39 @@ from .records import RUN_RECORD, discard_new_run, run_metrics, write_json
 from .workarounds import lightning_notes_ignored, sigterm_to_stop_together
 
 
-def train(job: Training) -> dict[str, Any]:
+def train(job: Training) -> dict:
     """Fit (resuming from ``job.ckpt_path`` if given), test the best checkpoint; the metrics, also in metrics.json."""
     trainer, model, datamodule, ckpt_path = job
     run_dir = Path(trainer.default_root_dir)
     history = next(c for c in trainer.callbacks if isinstance(c, EpochHistory))
+    StopTogether.received = False  # not a SIGTERM that stopped an earlier run in this process
     with lightning_notes_ignored():
         # weights_only: a checkpoint holds tensors and plain values only; nothing in it is run as code.
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
-    # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
-    if trainer.received_sigterm or any(c.any_received(trainer) for c in stop_together(trainer)):
-        raise SIGTERMException
-    spent = any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)  # --max_time
-    # No step taken: by a new run, or by a resumed one out of time (not one resumed only to be tested).
-    if trainer.global_step == history.first_step and (not trainer.global_step or spent):
-        empty = f"The data module {type(datamodule).__name__} gave no training batch (its train_dataloader() is empty)"
-        limits = "The run took no training step: its --max_time (which counts earlier segments) or limits left none"
-        cause = limits if trainer.num_training_batches else empty
-        raise UserError(f"{cause}, so there is no trained model to test: give it more.")
-    # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
-    # earlier segments are in its checkpoints) and its epochs.
-    seconds, rows = history.fit_seconds(), list(history.rows)
-    best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
-    best_path = (best and best.best_model_path) or None
-    try:
-        with lightning_notes_ignored():
+        # A SIGTERM the fit noted after its last check for one (after its last batch) stops the run before its test.
+        if trainer.received_sigterm or StopTogether.any_received(trainer):
+            raise SIGTERMException
+        if not trainer.num_training_batches:  # Lightning skips the fit, saying so in an info line only
+            raise checks.no_batch(trainer, "train")
+        if not trainer.global_step:  # a new run that trained nothing (a resumed one out of --max_time is tested)
+            limits = "--max_epochs, --max_steps, --max_time or --limit_train_batches"
+            raise UserError(f"The run's {limits} allowed no training step: there is no model to test.")
+        # Before testing, which loading a checkpoint restores callbacks for: the whole run's fit time (a resumed run's
+        # earlier segments are in its checkpoints) and its epochs.
+        seconds, rows = history.fit_seconds(), history.rows  # (the test's restore replaces history.rows, not rows)
+        best = trainer.checkpoint_callback  # tested: the weights that did best on validation, not merely the last ones
+        best_path = (best and best.best_model_path) or None
+        try:
             results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path, weights_only=True)
-        checks.check_tested(trainer)
-    except (UserError, *USER_ERRORS) as error:  # the test data or a test setting: the fit is kept
-        if (last := run_dir / "checkpoints" / "last.ckpt").is_file():
-            kept = f"{last} keeps the trained epochs: once that is fixed, `{resume.resume_hint(run_dir)}` tests it."
-            error.args = (f"{error} {kept}",)
-        raise
-    score, seed = best and best.best_model_score, int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
+            checks.check_tested(trainer)
+        except (UserError, *USER_ERRORS) as error:  # the test data or a test setting: the fit is kept, to test later
+            kept = where_the_run_stands(job)
+            error.args = (f"{error} {kept[:1].upper()}{kept[1:]}",)
+            raise
+    score, seed = best and best.best_model_score, int(os.environ["PL_GLOBAL_SEED"])  # seed_everything's
     test = results[0] if results else {}  # none with --limit_test_batches 0
-    metrics = run_metrics(trainer, model, test=test, epochs=trainer.current_epoch, history=rows, fit_seconds=seconds)
+    # Its epochs: those its history holds (a fit stopped before it began leaves Lightning's count behind by one).
+    metrics = run_metrics(trainer, model, test, epochs=len(rows), history=rows, fit_seconds=seconds)
     metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path, "seed": seed}
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
@@ -74,10 +68,10 @@ def train(job: Training) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    job: Training | None = None
+    job = None
     sigterm_to_stop_together()
 
-    def run() -> None:
+    def run():
         nonlocal job
         job = build_training(parse_args(argv))
         try:
@@ -94,35 +88,28 @@ def main(argv: list[str] | None = None) -> int:
                 raise KeyboardInterrupt from error
             raise
 
-    def stops_itself() -> bool:  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
-        state = job.trainer.state if job else None
-        if not (state and state.fn == TrainerFn.FITTING and not state.stopped):
+    def stops_itself():  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
+        if not (job and job.trainer.state.fn == "fit" and not job.trainer.state.stopped):
             return False
-        for together in stop_together(job.trainer):  # from the fit's start: the other processes may be joining
-            together.received = True
+        StopTogether.received = True  # asked by StopTogether after each batch (DDP), and by train() after the fit
         # One process: noted by Lightning's handler, which calls this one once the fit's setup is done.
         return job.trainer.world_size > 1 or job.trainer.received_sigterm
 
     return run_main(run, USER_ERRORS, stops_itself, lambda: where_the_run_stands(job), exiting=argv is None)
 
 
-def stop_together(trainer: Trainer) -> list[StopTogether]:
-    return [c for c in trainer.callbacks if isinstance(c, StopTogether)]  # a distributed run's (cli.build_training)
-
-
 def where_the_run_stands(job: Training | None) -> str:
     """Said after a stop or a failed write: what the run kept, and how to go on."""
-    if job is None:
-        return "there is nothing to resume yet. Run the same command again."
-    run_dir = Path(job.trainer.default_root_dir)
-    results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
-    # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
-    if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
-        complete = f"the run is complete, its results are in {results}."
-        complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
-        return complete
-    if (last := run_dir.resolve() / "checkpoints" / "last.ckpt").is_file():  # as the resume command names it
-        return f"{last} holds the epochs finished before. Resume with:\n  {resume.resume_hint(run_dir)}"
+    if job:
+        run_dir = Path(job.trainer.default_root_dir)
+        results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
+        # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
+        if results.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
+            complete = f"the run is complete, its results are in {results}."
+            complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
+            return complete
+        if (last := run_dir.resolve() / "checkpoints" / "last.ckpt").is_file():  # as the resume command names it
+            return f"{last} holds the epochs finished before. Resume with:\n  {resume.resume_hint(run_dir)}"
     return "there is nothing to resume yet. Run the same command again."
 
 

@@ -44,17 +44,21 @@ def _note_sigterm(connector, signum, frame):
 def lightning_notes_ignored() -> Iterator[None]:
     """Around building the Trainer, fit and test: Lightning's warnings about what this template does on purpose."""
     with warnings.catch_warnings():
-        # On purpose: a resumed run's own checkpoints, per-epoch logs, bf16 models, a resume without --max_time.
-        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-        warnings.filterwarnings("ignore", message=r"The number of training batches .* logging interval")
+        # On purpose: bf16 models, a resume without --max_time.
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
         warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
         # An empty DataLoader: the run says which one, and what to do (callbacks.BatchCheck, train.train).
-        warnings.filterwarnings("ignore", message=r"Total length of `\w+` across ranks is zero\.")
-        # Lightning's old names of 16-mixed and bf16-mixed: the run's summary names the precision used.
-        warnings.filterwarnings("ignore", message=r"`precision=(16|bf16)` is supported for historical reasons")
-        # A data module without val_dataloader: the run tests its last weights, as the README says.
-        warnings.filterwarnings("ignore", message=r"You defined a `validation_step` but have no `val_dataloader`")
+        warnings.filterwarnings(
+            "ignore",
+            message=r"Total length of `\w+` across ranks is zero\.|"
+            # A resumed run's own checkpoints; per-epoch logs.
+            r"Checkpoint directory .* exists and is not empty|"
+            r"The number of training batches .* logging interval|"
+            # Lightning's old names of 16-mixed and bf16-mixed: the run's summary names the precision used.
+            r"`precision=(16|bf16)` is supported for historical reasons|"
+            # A data module without val_dataloader: the run tests its last weights, as the README says.
+            r"You defined a `validation_step` but have no `val_dataloader`",
+        )
         yield
 
 
