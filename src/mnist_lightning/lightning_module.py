@@ -43,7 +43,8 @@ class Classifier(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
-        # A metric object per stage, as they hold state: means over samples (NaN kept: a diverged run shows).
+        # A metric object per stage, as they hold state: means over samples of the loss and of right answers (the
+        # accuracy); NaN kept, so that a diverged run shows.
         self.train_loss, self.val_loss, self.val_acc, self.test_loss, self.test_acc = (
             MeanMetric(nan_strategy="disable") for _ in range(5)
         )
