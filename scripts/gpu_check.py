@@ -157,7 +157,7 @@ def use_checkpoint(check: Check, ckpt: str, data_dir: str) -> None:
     check.run(f"evaluate.py --accelerator {acc}", evaluate, evaluated)
     inputs = []  # none: predict.py predicts the data module's predict set
     # with_digit_photos:
-    raw = MNISTDataModule(data_dir).raw_folder  # the test images as a file, read as pictures are
+    raw = Path(data_dir, "MNIST", "raw")  # the test images as a file, read as pictures are
     inputs = [str(next(p for p in (raw / "t10k-images-idx3-ubyte", raw / "t10k-images-idx3-ubyte.gz") if p.is_file()))]
     # end with_digit_photos
     predict = script("predict.py", *inputs, *flags, "--output", str(work / "predictions.csv"))

@@ -1,9 +1,12 @@
 """MNISTDataModule: the split, model-ready batches from standard DataLoaders in and out of a Trainer, the other
 datasets, the sizes it gives the model and the files it reads for predict.py."""
 
+import os
+
 import pytest
 import torch
-from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset
+import torchvision
+from helpers import FAKE_TEST, FAKE_TRAIN, FAKE_VAL, write_fake_dataset, write_fake_mnist
 from jsonargparse import ArgumentError
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
@@ -162,3 +165,31 @@ def test_the_data_module_says_what_the_model_is_built_for(fake_mnist):
 def test_a_validation_set_as_large_as_the_data_is_refused_before_training(fake_mnist):
     with pytest.raises(MisconfigurationException, match=f"--data.val_size must be between 1 and {FAKE_TRAIN - 1}"):
         MNISTDataModule(data_dir=str(fake_mnist), val_size=FAKE_TRAIN).prepare_data()
+
+
+def test_prepare_data_checks_the_files_and_leaves_the_datasets_to_setup(fake_mnist):
+    """Lightning runs prepare_data on one process: state it set would be missing on the others."""
+    datamodule = MNISTDataModule(data_dir=str(fake_mnist), val_size=FAKE_VAL)
+    before = dict(vars(datamodule))
+    datamodule.prepare_data()
+    assert vars(datamodule) == before and datamodule.datasets is None
+    datamodule.setup("fit")
+    assert datamodule.datasets is not None
+
+
+def test_the_files_are_read_once_a_process_until_one_changes(tmp_path, monkeypatch):
+    """train.py calls prepare_data, then Lightning prepare_data and setup for the fit and again for the test: one
+    reading serves them all, and a file changed since is read (and checked) again."""
+    reads, read = [], torchvision.datasets.mnist.read_image_file
+    monkeypatch.setattr(torchvision.datasets.mnist, "read_image_file", lambda path: reads.append(path) or read(path))
+    datamodule = MNISTDataModule(data_dir=str(write_fake_mnist(tmp_path)), val_size=FAKE_VAL)
+    datamodule.prepare_data()
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    MNISTDataModule(data_dir=str(tmp_path), val_size=FAKE_VAL).prepare_data()
+    assert len(reads) == 2  # the training and the test images
+    labels = tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    labels.write_bytes(labels.read_bytes()[:8] + bytes([77]) * FAKE_TEST)
+    os.utime(labels, ns=(labels.stat().st_atime_ns, labels.stat().st_mtime_ns + 10**9))  # saved a second later
+    with pytest.raises(MisconfigurationException, match="labels up to 77"):
+        datamodule.prepare_data()

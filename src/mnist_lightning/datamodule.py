@@ -1,9 +1,8 @@
 from functools import partial  # only with_digit_photos
-from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import torch
-from annotated_types import Ge
+from pydantic import NonNegativeInt, PositiveInt
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
 from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
@@ -35,15 +34,14 @@ class MNISTDataModule(InMemoryDataModule):
         self,
         data_dir: str = "data",
         dataset: Literal["mnist", "fashion_mnist", "kmnist"] = "mnist",
-        batch_size: Annotated[int, Ge(1)] = 4096,
-        val_size: Annotated[int, Ge(1)] = 5_000,
+        batch_size: PositiveInt = 4096,
+        val_size: PositiveInt = 5_000,
         split_seed: int = 0,
-        num_workers: Annotated[int, Ge(0)] = 0,
-    ) -> None:
+        num_workers: NonNegativeInt = 0,
+    ):
         super().__init__()
         self.save_hyperparameters()
         self.torchvision_class, self.mean, self.std = DATASETS[dataset]
-        self.raw_folder = Path(data_dir) / self.torchvision_class.__name__ / "raw"
         # with_digit_photos:
         # For predict.py and export.py: model inputs from a picture of a digit (or IDX file), and how they are made.
         self.read_file = partial(read_digits, mean=self.mean, std=self.std)
@@ -51,12 +49,12 @@ class MNISTDataModule(InMemoryDataModule):
         self.preprocessing = partial(preprocessing_spec, self.mean, self.std)
         # end with_digit_photos
 
-    def prepare_data(self) -> None:  # download unless the files are there; check them, and val_size, before training
-        self.setup(download=True)  # and build the datasets: cli.py calls it before Lightning, which calls setup next
+    def prepare_data(self):  # on one process: download the files unless they are there, and check them
+        read_mnist(self)
 
-    def setup(self, stage: str | None = None, download: bool = False) -> None:
-        if not self.datasets:  # once per process, for every stage (DDP's other ranks have no prepare_data)
-            full, test = (Samples(normalize(x, self.mean, self.std), y) for x, y in read_mnist(self, download))
+    def setup(self, stage=None):
+        if not self.datasets:  # once, for every stage
+            full, test = (Samples(normalize(x, self.mean, self.std), y) for x, y in read_mnist(self))
             order = torch.randperm(len(full), generator=torch.Generator().manual_seed(self.hparams.split_seed))
             val, train = order.tensor_split([self.hparams.val_size])  # not --seed: a fixed split
             self.datasets = {"train": Samples(*full[train]), "val": Samples(*full[val]), "test": test}

@@ -7,32 +7,31 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
 class InMemoryDataModule(LightningDataModule):
     """Serves ``self.datasets`` ("train", "val", "test"; the test set is also the predict set), which ``setup``
     fills with Samples (or Subsets of them), in batches of ``hparams.batch_size`` read by ``hparams.num_workers``."""
 
-    datasets: dict[str, Dataset] | None = None
+    datasets = None  # a dict, set by setup
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self):
         # A new order every epoch, drawn from seed + epoch (Lightning calls set_epoch), not from the global random
         # state, which checkpoints do not hold: a resumed run draws the same batches.
         return self._loader("train", DistributedSampler, shuffle=True, seed=int(os.getenv("PL_GLOBAL_SEED", 0)))
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self):
         return self._loader("val")
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self):
         # Under DDP, every sample once: Lightning's DistributedSampler would repeat a few to give each process as many
         # (and warns that the test metrics count them twice).
         return self._loader("test", UnrepeatedDistributedSampler, shuffle=False)
 
     predict_dataloader = test_dataloader
 
-    def _loader(self, split, sampler=None, **sampling) -> DataLoader:
+    def _loader(self, split, sampler=None, **sampling):
         # Worker processes would only copy batches already in memory: Lightning's advice to add some counts cores,
         # not data, and is silenced as its docs say (advanced/warnings), as Lightning asks for this loader.
         warnings.filterwarnings("ignore", ".*Consider increasing the value of the `num_workers` argument*")
@@ -43,7 +42,7 @@ class InMemoryDataModule(LightningDataModule):
         return DataLoader(data, self.hparams.batch_size, sampler=sampler, **options)
 
 
-def normalize(images: Tensor, mean: float, std: float) -> Tensor:
+def normalize(images, mean, std):
     """uint8 images [N, H, W] -> float [N, 1, H, W]: torchvision's ToTensor and Normalize, on all at once."""
     return images.unsqueeze(1).float().div_(255).sub_(mean).div_(std)  # in place: no second full-size buffer
 
@@ -52,7 +51,7 @@ class Samples(TensorDataset):
     """A TensorDataset that a DataLoader reads a batch at a time (``__getitems__``): one indexing operation, not a
     Python call per sample; its batches come stacked (its DataLoader takes ``collate_fn=tuple``)."""
 
-    def __getitems__(self, indices: list[int]) -> tuple[Tensor, ...]:
+    def __getitems__(self, indices):
         index = np.fromiter(indices, np.int64, len(indices))  # torch.tensor(list) is slower
         # numpy's indexing, not torch's: torch's is a parallel region whose idle OpenMP threads then spin on every core
         return tuple(torch.from_numpy(tensor.numpy()[index]) for tensor in self.tensors)

@@ -1,17 +1,18 @@
 import math
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
-from annotated_types import Ge, Gt, Lt
+from annotated_types import Lt
 from lightning.pytorch import LightningModule
-from torch import Tensor
-from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR
+from pydantic import NonNegativeFloat, PositiveFloat
+from torch import nn
+from torch.optim.lr_scheduler import CosineAnnealingLR
 from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.classification.confusion_matrix import MulticlassConfusionMatrix  # only with_plots
 
-from .model import NetworkFactory, SimpleNN
+from .model import SimpleNN
 
 
 class Classifier(LightningModule):
@@ -29,45 +30,47 @@ class Classifier(LightningModule):
 
     def __init__(
         self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        net: NetworkFactory = SimpleNN,
+        input_shape,  # these two are the data module's; the rest are options
+        num_classes,
+        net: Callable[[tuple[int, ...], int], nn.Module] = SimpleNN,
         optimizer: Literal["adam", "sgd"] = "adam",
-        lr: Annotated[float, Gt(0)] = 0.02,  # bounds: checked by the command line's parser
-        momentum: Annotated[float, Ge(0), Lt(1)] = 0.9,  # at 1, past gradients never fade
-        weight_decay: Annotated[float, Ge(0)] = 0.0,
+        lr: PositiveFloat = 0.02,  # bounds: checked by the command line's parser
+        momentum: Annotated[NonNegativeFloat, Lt(1)] = 0.9,  # at 1, past gradients never fade
+        weight_decay: NonNegativeFloat = 0.0,
         lr_schedule: Literal["cosine", "constant"] = "cosine",
         compile: bool = False,
-    ) -> None:
+    ):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
-        # A metric object per stage, as they hold state; losses are means over samples, NaN kept: a diverged run shows.
-        self.train_loss, self.val_loss, self.test_loss = (MeanMetric(nan_strategy="disable") for _ in range(3))
+        # A metric object per stage, as they hold state: means over samples of the loss and of right answers (the
+        # accuracy); NaN kept, so that a diverged run shows.
+        self.train_loss, self.val_loss, self.val_acc, self.test_loss, self.test_acc = (
+            MeanMetric(nan_strategy="disable") for _ in range(5)
+        )
         self.train_loss.persistent(True)  # in checkpoints: a run resumed mid-epoch reports the whole epoch's mean
-        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes, average="micro") for _ in range(2))
         # with_plots:
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
-        self.test_confusion_matrix: Tensor | None = None  # [true, predicted] counts of the last test run, for plots
+        self.test_confusion_matrix = None  # [true, predicted] counts of the last test run, for plots
         # end with_plots
 
     @property
-    def example_input_array(self) -> Tensor:  # the model summary's, in the weights' dtype (--precision 16-true)
+    def example_input_array(self):  # the model summary's, in the weights' dtype (--precision 16-true)
         return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
     def on_train_start(self):
         # Compiled here, after the sanity check and the model summary: compiled by their inference-mode calls first,
         # the training code differed in the last bits, on a GPU, from a plain loop's, which trains first.
-        if self.hparams.compile and not getattr(self.net, "_compiled_call_impl", None):
+        if self.hparams.compile:
             self.net.compile(dynamic=True)  # in place: same checkpoint keys; dynamic: one code for all batch sizes
 
     def on_train_epoch_start(self):
         self.train_loss.reset()  # a checkpoint of an epoch's end holds that epoch's sum (none mid-epoch: no call)
 
-    def forward(self, samples: Tensor) -> Tensor:
+    def forward(self, samples):
         return self.net(samples)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch, batch_idx):
         samples, labels = batch
         losses = F.cross_entropy(self(samples), labels, reduction="none")
         self.train_loss.update(losses.detach())
@@ -75,29 +78,29 @@ class Classifier(LightningModule):
             self.log("train/loss", self.train_loss, on_step=False, on_epoch=True, prog_bar=True)
         return losses.mean()
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx):
         self._evaluate(batch, "val", self.val_loss, self.val_acc)
 
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def test_step(self, batch, batch_idx):
         return self._evaluate(batch, "test", self.test_loss, self.test_acc)
 
     # with_plots:
-    def on_test_batch_end(self, logits: Tensor, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx=0):
+    def on_test_batch_end(self, logits, batch, batch_idx, dataloader_idx=0):
         self.test_confusion.update(logits, batch[1])
 
-    def on_test_epoch_end(self) -> None:
+    def on_test_epoch_end(self):
         self.test_confusion_matrix = self.test_confusion.compute()  # summed over DDP ranks
         self.test_confusion.reset()
 
     # end with_plots
-    def predict_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> Tensor:
+    def predict_step(self, batch, batch_idx):
         return self(batch[0] if isinstance(batch, list | tuple) else batch).softmax(dim=-1)  # labels are not used
 
     def _evaluate(self, batch, stage, loss, accuracy):
         samples, labels = batch
         logits = self(samples)
         loss.update(F.cross_entropy(logits, labels, reduction="none"))
-        accuracy.update(logits, labels)
+        accuracy.update(logits.argmax(-1) == labels)
         # Metric objects: Lightning computes them once per epoch, synced over DDP ranks.
         self.log_dict({f"{stage}/loss": loss, f"{stage}/acc": accuracy}, prog_bar=True)
         return logits
@@ -108,19 +111,19 @@ class Classifier(LightningModule):
             optimizer = torch.optim.SGD(self.parameters(), hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
         else:
             optimizer = torch.optim.Adam(self.parameters(), hp.lr, weight_decay=hp.weight_decay)
-        steps = max(self.trainer.estimated_stepping_batches, 1)
-        schedule = RunLengthCosine(optimizer, steps) if hp.lr_schedule == "cosine" else ConstantLR(optimizer, 1.0, 0)
+        if hp.lr_schedule == "constant":
+            return optimizer
+        schedule = RunLengthCosine(optimizer, self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 class RunLengthCosine(CosineAnnealingLR):
-    """A cosine that keeps this run's length when it loads a checkpoint's state: resumed with a longer --max_epochs,
-    it would reach zero at the old end, then climb. From the resumed step on, the learning rate is what a run
-    planned this long from the start would have (so an extended finished run's rises)."""
+    """A cosine to zero that keeps this run's length when it loads a checkpoint's state: resumed with a longer
+    --max_epochs, it would reach zero at the old end, then climb. From the resumed step on, the learning rate is what
+    a run planned this long from the start would have (so an extended finished run's rises)."""
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict | {"T_max": self.T_max})
         if state_dict["T_max"] != self.T_max:  # else the checkpoint's learning rate stands, to the bit
-            progress = min(self.last_epoch, self.T_max) / self.T_max
-            for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
-                group["lr"] = self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * progress)) / 2
+            for group in self.optimizer.param_groups:
+                group["lr"] = group["initial_lr"] * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2

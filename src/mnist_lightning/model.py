@@ -1,12 +1,8 @@
 """SimpleNN: the network itself, a plain ``nn.Module`` that knows nothing about Lightning or devices."""
 
 import math
-from collections.abc import Callable
 
-from torch import Tensor, nn
-
-# What --net takes: a network class (or any callable) taking the shape of one sample and the number of classes first.
-NetworkFactory = Callable[[tuple[int, ...], int], nn.Module]
+from torch import nn
 
 
 class SimpleNN(nn.Module):
@@ -16,9 +12,9 @@ class SimpleNN(nn.Module):
     gives both.
     """
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
         super().__init__()
         self.linear = nn.Linear(math.prod(input_shape), num_classes)
 
-    def forward(self, images: Tensor) -> Tensor:
+    def forward(self, images):
         return self.linear(images.flatten(1))  # each sample as one vector
