@@ -40,6 +40,7 @@ def predict(ckpt: str, *inputs, tmp_path: Path, flags=()) -> list[dict]:
     [
         ("folder.csv", "Is a directory"),
         ("/proc/out.csv", "No such file or directory"),  # /proc takes no new file, even from root
+        ("a_file/out.csv", "File exists"),  # a file where its folder would be
     ],
 )
 def test_an_output_that_cannot_be_written_is_one_paragraph_and_leaves_nothing(
@@ -47,11 +48,12 @@ def test_an_output_that_cannot_be_written_is_one_paragraph_and_leaves_nothing(
 ):
     """No pre-check of --output: the write fails with the OS's reason, and no file is left half-written."""
     (tmp_path / "folder.csv").mkdir()
+    (tmp_path / "a_file").write_text("")
     path = tmp_path / output
     assert main(["--ckpt_path", fake_ckpt, "--output", str(path)]) == 1
     err = one_line(capsys.readouterr().err)
     assert err == f"Error: {path} could not be written: {reason}.", err
-    assert [p.name for p in tmp_path.iterdir()] == ["folder.csv"] and not any(tmp_path.glob("*/*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "folder.csv"] and not any(tmp_path.glob("*/*"))
 
 
 @pytest.mark.parametrize(

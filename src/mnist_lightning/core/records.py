@@ -108,7 +108,8 @@ def replaced(path: Path) -> Iterator[IO[bytes]]:
     except OSError as error:
         raise WriteError(path, error) from error
     finally:  # after a failed or stopped write (after the rename, there is no temporary file)
-        temporary.unlink(missing_ok=True)
+        with suppress(OSError):  # none was made: the folder could not be (its reason is the error above)
+            temporary.unlink(missing_ok=True)
 
 
 def write_json(path: str | Path, data: dict) -> None:
