@@ -17,7 +17,6 @@ from typing import Literal
 import torch
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, set_loader
-from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
@@ -25,6 +24,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from pydantic import PositiveInt
 
 from . import checkpoints, checks, devices, records, workarounds
 from .callbacks import BatchCheck, EpochHistory, StopTogether, progress_display
@@ -37,7 +37,7 @@ USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
 RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
-BatchSize = PositiveInt  # --batch_size of every script
+BatchSize = PositiveInt  # --batch_size of every script (a plain int: it goes into checkpoints)
 
 
 @dataclass
@@ -169,7 +169,7 @@ def build_training(config: Namespace) -> Training:
         chosen = yaml.safe_load(record_text)
         instantiator = {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
         model.save_hyperparameters({**model.hparams, "net": chosen["net"], "_class_path": MODEL, **instantiator})
-        data = chosen["data"]  # its init_args hold at least batch_size
+        data = config.as_dict()["data"]  # with the linked batch_size, which the record keeps as --batch_size only
         datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
         given = built.callbacks or []  # one callback or a list, as Lightning takes them
