@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class StepsFailed(UserError):
+    exit_code = 1  # the check ran; not a usage error
+
+
 class Check:
     """Runs the steps, each in its own process, and keeps one record per step."""
 
@@ -206,7 +210,7 @@ def gpu_check(args: argparse.Namespace) -> None:
     done = len(check.steps) - len(failed)
     print(f"\n{done} of {len(check.steps)} steps ok or skipped; {results_dir}/gpu_check_{mode}.json")
     if failed:
-        raise UserError(f"{len(failed)} step(s) failed: {'; '.join(failed)}. See gpu_check_{mode}.json.", exit_code=1)
+        raise StepsFailed(f"{len(failed)} step(s) failed: {'; '.join(failed)}. See gpu_check_{mode}.json.")
 
 
 def markdown(results: dict) -> str:

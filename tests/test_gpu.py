@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import runpy  # only with_ladder
+import subprocess
 import sys  # only with_ladder
 import time
 import warnings
@@ -234,6 +235,17 @@ def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist
     compares = [step for step in results["steps"] if step["step"].startswith("compare.py")]
     assert len(compares) == 1 and compares[0]["note"].startswith("bit-identical"), compares
     # end with_ladder
+
+
+def test_gpu_check_with_a_failed_step_exits_1_naming_it(fake_mnist, tmp_path, capsys, monkeypatch):
+    gpu_check = load_gpu_check(monkeypatch)
+    failing = subprocess.CompletedProcess([], returncode=3, stdout="", stderr="it broke")
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *args, **kwargs: failing)
+    flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--results_dir", str(tmp_path)]
+    assert gpu_check.main(flags) == 1
+    assert "step(s) failed: devices.py; train.py" in capsys.readouterr().err
+    results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
+    assert results["failed"] and results["steps"][0]["output_tail"] == "it broke"
 
 
 def test_gpu_check_without_a_gpu_says_to_use_cpu_mode(tmp_path, capsys, monkeypatch):

@@ -198,7 +198,8 @@ def test_compile_keeps_parity_and_checkpoint_keys(compiled):
             assert not any("_orig_mod" in key for key in saved.get("state_dict", saved.get("model"))), path
         SimpleNN((1, 28, 28), 10).load_state_dict(final_weights(output_dir / f"{rung}_0", rung))
     # ...and the Trainer's checkpoint loads into the LightningModule, compiled again or not.
-    model = Classifier.load_from_checkpoint(output_dir / "trainer_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    last = output_dir / "trainer_0" / "checkpoints" / "last.ckpt"
+    model = Classifier.load_from_checkpoint(last, map_location="cpu", weights_only=True)  # saved on the GPU there
     assert model.hparams.compile is True
     model.on_train_start()  # what the Trainer calls: compiles in place
     uncompiled = SimpleNN((1, 28, 28), 10)

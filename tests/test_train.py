@@ -53,7 +53,7 @@ def test_main_returns_zero_and_prints_a_summary(fake_mnist, tmp_path, capsys):
     flags = ["--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "run"), *TINY_RUN]
     assert main(flags) == 0
     out = capsys.readouterr().out
-    assert "Test accuracy" in out and str(tmp_path / "run") in out
+    assert "Test accuracy" in out and "% (best of 2 epochs). Run folder: " + str(tmp_path / "run") in out
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,9 @@ def train(job: Training) -> dict:
     metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path, "seed": seed}
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
-        tested = "Not tested" if metrics["test/acc"] is None else f"Test accuracy {100 * metrics['test/acc']:.2f} %"
-        print(f"\n{tested} after epoch {metrics['epochs']}. Run folder: {run_dir}")  # before plots that may fail
+        acc, weights = metrics["test/acc"], "best" if best_path else "last"
+        tested = "Not tested" if acc is None else f"Test accuracy {100 * acc:.2f} % ({weights} of {len(rows)} epochs)"
+        print(f"\n{tested}. Run folder: {run_dir}")  # before plots that may fail
         # with_plots:
         if importlib.util.find_spec("matplotlib") and not trainer.fast_dev_run:  # no plots of a smoke test
             from .plots import save_plots  # matplotlib's import is slow: only runs that plot pay for it
