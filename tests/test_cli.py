@@ -209,7 +209,7 @@ def test_resume_needs_only_the_run_folder(fake_mnist, tmp_path, capsys):
     """A run resumed with --output_dir and --ckpt_path last takes every other option from its config.yaml."""
     run = tmp_path / "run"
     assert main(tiny(fake_mnist, run, "--batch_size", "50", "--lr", "0.05")) == 0
-    assert main(["--output_dir", str(run), "--ckpt_path", "last", "--max_epochs", "3"]) == 0
+    assert main([f"--output_dir={run}", "--ckpt_path=last", "--max_epochs", "3"]) == 0  # either form of a flag
     record = yaml.safe_load((run / "config.yaml").read_text())
     assert (record["batch_size"], record["lr"], record["max_epochs"]) == (50, 0.05, 3)
     metrics = yaml.safe_load((run / "metrics.json").read_text())

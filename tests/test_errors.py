@@ -63,6 +63,7 @@ BAD_FLAGS = [
     (["--config", "missing.yaml"], 2, ["missing.yaml"]),
     # The template's own paragraphs: what no library checks
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
+    (["--data.batch_size=7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
     (["--max_epochs", "-1"], 2, ["--max_epochs -1 gives the cosine schedule no end", "--lr_schedule constant"]),
     (["--num_nodes", "2"], 2, ["--num_nodes 2 needs one process per machine, started by torchrun or srun"]),
     (["--net", "torch.nn.Identity"], 2, ["maps [2, 1, 28, 28] to [2, 1, 28, 28], not to 10 scores each"]),

@@ -5,12 +5,12 @@ a class path, their arguments as ``--net.NAME``. Each run records its resolved c
 
 import inspect
 import os
-import re
 import signal
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -110,11 +110,12 @@ def build_parser() -> ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> Namespace:
     """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
     argv = sys.argv[1:] if argv is None else argv
-    # Read before parsing: a --data.batch_size jsonargparse would drop for the linked --batch_size, and a typed
-    # --ckpt_path last, which resumes from the run's record with only the flags resume.py's own parser takes.
-    given = dict(re.findall(r"(--ckpt_path|--data\.batch_size)[= ](\S+)", " ".join(argv)))
-    if "--data.batch_size" in given:
+    # Read before parsing, argument by argument: a --data.batch_size jsonargparse would drop for the linked
+    # --batch_size, and a typed --ckpt_path last, which resumes from the run's record with only the flags resume.py's
+    # own parser takes.
+    if any(arg.partition("=")[0] == "--data.batch_size" for arg in argv):
         raise UserError(checks.batch_size_refused("--data.batch_size"))
+    given = dict([*pairwise(argv), *(arg.split("=", 1) for arg in argv if "=" in arg)])  # --flag VALUE, --flag=VALUE
     resuming = given.get("--ckpt_path") == "last"
     config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
     if config.ckpt_path == "last" and not resuming:

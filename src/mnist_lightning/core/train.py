@@ -105,7 +105,7 @@ def where_the_run_stands(job: Training | None) -> str:
         run_dir = Path(job.trainer.default_root_dir)
         results, record = run_dir / "metrics.json", run_dir / RUN_RECORD
         # Written by this command (after its record), not left by the earlier segment of a run resumed to train longer.
-        if results.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
+        if results.is_file() and record.is_file() and results.stat().st_mtime_ns >= record.stat().st_mtime_ns:
             complete = f"the run is complete, its results are in {results}."
             complete += f" To draw its plots later: python -m mnist_lightning.core.plots {run_dir}"  # only with_plots
             return complete
