@@ -12,6 +12,7 @@ import yaml
 from helpers import TINY_RUN, one_line
 
 from mnist_lightning.core.evaluate import main
+from mnist_lightning.core.predict import main as predict_main
 from mnist_lightning.core.train import main as train_main
 from mnist_lightning.lightning_module import Classifier
 
@@ -246,3 +247,20 @@ def test_a_data_value_that_is_not_finite_is_refused_as_train_refuses_it(tmp_path
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "spread" in err and "Traceback" not in err, err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_ctrl_c_during_the_trainer_call_is_an_interrupt(trained, tmp_path, capsys, monkeypatch, command):
+    """Lightning catches the KeyboardInterrupt and ends its call with exit(1): still the one line and status 130."""
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Classifier, "test_step" if command == "evaluate" else "predict_step", ctrl_c)
+    if command == "evaluate":
+        code = main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")])
+    else:
+        code = predict_main(["--ckpt_path", trained["best_checkpoint"], "--output", str(tmp_path / "p.csv")])
+    assert code == 130 and capsys.readouterr().err.strip() == "Interrupted."
+    assert not list(tmp_path.iterdir())  # no folder, no half-written output
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Lightning's SIG_IGN is undone

@@ -232,6 +232,7 @@ def test_a_checkpoint_of_another_network_is_refused_with_the_flags_it_needs(data
     message = one_line(capsys.readouterr().err)
     assert "weights of another network than this run's SimpleNN" in message
     assert '"class_path": "helpers.SmallCNN", "init_args": {"channels": 2}' in message, message
+    assert '"_class_path": "mnist_lightning.datamodule.MNISTDataModule"' in message and '"val_size": ' in message
     assert "Pass the --net and --data it was trained with" in message and not (tmp_path / "run").exists()
 
 

@@ -64,6 +64,21 @@ def test_ddp_with_two_cpu_processes(fake_mnist, tmp_path):
     assert steps  # the CSV logger wrote, once
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "ddp"]  # no second run folder from rank 1
     assert result.stdout.decode().count("Test accuracy") == 1  # only rank 0 prints the summary
+    # evaluate.py on two processes too: one folder, rank 0's, with the training's test result.
+    evaluate = [
+        "scripts/evaluate.py",
+        "--ckpt_path",
+        metrics["best_checkpoint"],
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "2",
+    ]
+    evaluate += ["--output_dir", str(tmp_path / "evaluated")]
+    result = subprocess.run([sys.executable, *evaluate], cwd=ROOT, capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert json.loads((tmp_path / "evaluated" / "metrics.json").read_text())["test/acc"] == metrics["test/acc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "ddp", "evaluated"]
     # A run stopped before its first checkpoint (its record alone) is started over by its resume command, by every
     # process: rank 1 too, which is given that command's --ckpt_path last by Lightning.
     unstarted = tmp_path / "unstarted"

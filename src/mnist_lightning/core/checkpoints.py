@@ -82,7 +82,9 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
         if "net" in (trained := contents["hyper_parameters"]):  # one of this project's: its record must build a taker
             load_checkpoint(path)  # else its network's code changed, or the file was edited
         other = f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
-        trained = json.dumps({key: trained.get(key) for key in ("net", "input_shape", "num_classes")}, default=str)
+        trained = {key: trained.get(key) for key in ("net", "input_shape", "num_classes")}
+        trained["data"] = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
+        trained = json.dumps(trained, default=str)
         raise UserError(f"{other}. Pass the --net and --data it was trained with: {trained}.") from error
     refuse_non_finite(model, path)
 

@@ -106,7 +106,8 @@ def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiti
         print(" ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split()), file=sys.stderr)  # one paragraph
         return getattr(error, "exit_code", USAGE_ERROR)
     except (KeyboardInterrupt, SystemExit) as stop:
-        if not (ctrl_c := isinstance(stop, KeyboardInterrupt)):
+        # Lightning ends a Trainer call stopped by Ctrl-C with exit(1), raised while it handles the KeyboardInterrupt.
+        if not (ctrl_c := isinstance(stop, KeyboardInterrupt) or isinstance(stop.__context__, KeyboardInterrupt)):
             if stop.code != TERMINATED:
                 raise
             end_process_group()

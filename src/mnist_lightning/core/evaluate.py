@@ -7,6 +7,7 @@ from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
+from lightning.pytorch.utilities import rank_zero_only
 
 from .callbacks import BatchCheck, progress_display
 from .checkpoints import load_checkpoint
@@ -70,21 +71,23 @@ def load_with_overrides(config: Namespace):
 def evaluate(config: Namespace) -> None:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     model, datamodule, epochs = load_with_overrides(config)
-    run_dir = new_run_dir(config.output_dir)
+    # The processes Lightning starts for --devices N run this command again: only the first has a folder and writes.
+    run_dir = new_run_dir(config.output_dir) if rank_zero_only.rank == 0 else None
     try:
-        with replaced(run_dir / RUN_RECORD) as file:  # what was evaluated, and how (not where: train.py's neither)
-            file.write(build_parser().dump(config).encode())
         with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
             settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
             trainer = Trainer(logger=False, callbacks=[progress_display(), BatchCheck()], **settings)
             results = trainer.test(model, datamodule=datamodule, verbose=False)
         check_tested(trainer)
         metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, best_checkpoint=config.ckpt_path)
-        if trainer.is_global_zero:
+        if run_dir:  # results, then what was evaluated: a config.yaml alone would be a training run to restart
             write_json(run_dir / "metrics.json", metrics)
+            with replaced(run_dir / RUN_RECORD) as file:
+                file.write(build_parser().dump(config).encode())
             print(f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {run_dir}")
     except BaseException:
-        discard_new_run(run_dir)
+        if run_dir:
+            discard_new_run(run_dir)
         raise
 
 

@@ -21,7 +21,9 @@ from .records import json_text, replaced
 def build_parser() -> Parser:
     parser = Parser(description=__doc__, exit_on_error=False)
     parser.add_class_arguments(CheckpointOptions)
-    parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: its predict_dataloader.")
+    parser.add_argument(
+        "inputs", type=str, nargs="*", default=[], help="Files or folders; none: its predict_dataloader."
+    )
     parser.add_argument("--output", type=Path | None, default=None, help="A file; unset: CSV on stdout.")
     return parser
 
@@ -30,6 +32,9 @@ def predict(config: Namespace) -> None:
     """An input that cannot be read, or gives samples the model cannot take, is skipped with the reason; the rest
     still count."""
     model, data, _ = load_with_overrides(config)
+    if config.inputs and not hasattr(data, "read_file"):
+        name = type(data).__name__
+        raise UserError(f"{name} reads no files (it has no read_file): predict without inputs, or add read_file to it.")
     can_read, paths = getattr(data, "can_read", lambda path: True), []
     for entry in map(Path, config.inputs):  # a folder with no file to read is read itself: its row says why it failed
         paths += sorted(path for path in entry.glob("*") if path.is_file() and can_read(path)) or [entry]

@@ -1,4 +1,4 @@
-"""Train with Lightning: fit, test the best checkpoint, write ``metrics.json`` (and plots) in the run folder.
+"""Train with Lightning: fit, test the best checkpoint, write ``metrics.json`` in the run folder.
 :mod:`mnist_lightning.core.cli` builds the objects; :func:`train` only runs them, so tests can call it directly."""
 
 import importlib.util  # only with_plots
@@ -53,10 +53,12 @@ def train(job: Training) -> dict:
     metrics |= {"best_val/acc": None if score is None else float(score), "best_checkpoint": best_path, "seed": seed}
     if trainer.is_global_zero:
         write_json(run_dir / "metrics.json", metrics)
-        acc, weights = metrics["test/acc"], "best" if best_path else "last"
-        tested = "Not tested" if acc is None else f"Test accuracy {100 * acc:.2f} % ({weights} of {len(rows)} epochs)"
-        print(f"\n{tested}. Run folder: {run_dir}")  # before plots that may fail
+        acc, weights = metrics["test/acc"], "best" if best and best.monitor else "last"  # without validation: last
+        epochs = f"{len(rows)} epoch{'s' * (len(rows) != 1)}"
+        tested = "Not tested" if acc is None else f"Test accuracy {100 * acc:.2f} % ({weights} of {epochs})"
+        print(f"\n{tested}. Run folder: {run_dir}")
         # with_plots:
+        # After the results line: a plot that fails leaves it said.
         if importlib.util.find_spec("matplotlib") and not trainer.fast_dev_run:  # no plots of a smoke test
             from .plots import save_plots  # matplotlib's import is slow: only runs that plot pay for it
 
@@ -85,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
             code = error.code if isinstance(error, SystemExit) else None
             if code == TERMINATED and job.trainer.strategy.launcher:  # stopped at once, by train.py's SIGTERM handler:
                 job.trainer.strategy.launcher.kill(signal.SIGTERM)  # the processes Lightning started would wait
-            if code == 1 and job.trainer.interrupted:  # how Lightning ends a Trainer call stopped by Ctrl-C
-                raise KeyboardInterrupt from error
             raise
 
     def stops_itself():  # on SIGTERM: a fit stops after a batch, under DDP every process after the same one
