@@ -63,6 +63,9 @@ BAD_FLAGS = [
     (["--config", "missing.yaml"], 2, ["missing.yaml"]),
     # The template's own paragraphs: what no library checks
     (["--data.batch_size", "7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
+    (["--accumulate_grad_batches", "0"], 2, ["accumulate_grad_batches", "greater than 0"]),
+    (["--accumulate_grad_batches", "-2"], 2, ["accumulate_grad_batches", "greater than 0"]),
+    (["--check_val_every_n_epoch", "0"], 2, ["check_val_every_n_epoch", "greater than"]),
     (["--data.batch_size=7"], 2, ["--data.batch_size: the batch size is the top-level --batch_size"]),
     (["--max_epochs", "-1"], 2, ["--max_epochs -1 gives the cosine schedule no end", "--lr_schedule constant"]),
     (["--num_nodes", "2"], 2, ["--num_nodes 2 needs one process per machine, started by torchrun or srun"]),

@@ -59,6 +59,8 @@ class Options:
         limit_val_batches: Validation batches per check (default: all).
         limit_test_batches: Test batches (default: all).
         overfit_batches: Training batches to overfit, the same for validation (default: none).
+        accumulate_grad_batches: Batches whose gradients make one optimizer step.
+        check_val_every_n_epoch: Validate every N training epochs (none: only at --val_check_interval).
     """
 
     seed: int = 42
@@ -74,6 +76,9 @@ class Options:
     limit_val_batches: int | float | None = None
     limit_test_batches: int | float | None = None
     overfit_batches: int | float = 0.0
+    # Bounds Lightning leaves unchecked (0 divides by zero in its loops, a negative count trains backwards).
+    accumulate_grad_batches: PositiveInt = 1
+    check_val_every_n_epoch: PositiveInt | None = 1
 
 
 class Parser(ArgumentParser):
