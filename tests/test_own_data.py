@@ -446,7 +446,8 @@ def test_fine_tuning_from_a_checkpoint_of_other_data_names_the_data(fake_mnist, 
     start = ["--ckpt_path", str(points / "checkpoints" / "last.ckpt"), "--net", "own_data.MLP"]
     assert train_main(["--data.data_dir", str(fake_mnist), *start, "--output_dir", str(tmp_path / "run")]) == 2
     message = one_line(capsys.readouterr().err)
-    assert '"input_shape": [2], "num_classes": 3}' in message, message
+    assert '"input_shape": [2], "num_classes": 3, "data": {' in message, message
+    assert '"_class_path": "own_data.Points"' in message and '"samples": 600' in message  # the --data to pass
     assert "Pass the --net and --data it was trained with" in message
     assert not (tmp_path / "run").exists()
 
