@@ -112,6 +112,9 @@ def test_an_export_says_each_file_it_wrote(fake_ckpt, tmp_path, capsys):
         assert export.main(flags) == 0
         written = capsys.readouterr().out.splitlines()
         assert written == [f"Wrote {tmp_path / 'export' / name}" for name in ("preprocessing.json", "model.pt2")]
+    # A server needs the data module's normalization to make the model's inputs from pixels.
+    spec = json.loads((tmp_path / "export" / "preprocessing.json").read_text())
+    assert spec["normalize"] == {"mean": 0.1307, "std": 0.3081, "formula": "(uint8 / 255 - mean) / std"}
 
 
 @pytest.mark.slow

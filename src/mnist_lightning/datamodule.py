@@ -5,7 +5,7 @@ import torch
 from pydantic import NonNegativeInt, PositiveInt
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
-from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
+from .digit_files import picture_recipe, read_digits, readable  # only with_digit_photos
 from .in_memory import InMemoryDataModule, Samples, normalize
 from .mnist_files import read_mnist
 
@@ -43,11 +43,16 @@ class MNISTDataModule(InMemoryDataModule):
         self.save_hyperparameters()
         self.torchvision_class, self.mean, self.std = DATASETS[dataset]
         # with_digit_photos:
-        # For predict.py and export.py: model inputs from a picture of a digit (or IDX file), and how they are made.
+        # For predict.py: model inputs from a picture of a digit (or IDX file).
         self.read_file = partial(read_digits, mean=self.mean, std=self.std)
         self.can_read = readable
-        self.preprocessing = partial(preprocessing_spec, self.mean, self.std)
         # end with_digit_photos
+
+    def preprocessing(self) -> dict:
+        """For export.py's preprocessing.json: how a server makes model inputs from MNIST's uint8 pixels."""
+        spec = {"normalize": {"mean": self.mean, "std": self.std, "formula": "(uint8 / 255 - mean) / std"}}
+        spec |= picture_recipe()  # only with_digit_photos
+        return spec
 
     def prepare_data(self):  # on one process: download the files unless they are there, and check them
         read_mnist(self)

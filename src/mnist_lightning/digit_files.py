@@ -74,10 +74,9 @@ def why_unreadable(error: Exception) -> str:
     return f"failed ({type(error).__name__}: {error})"
 
 
-def preprocessing_spec(mean: float, std: float) -> dict:
-    """How to make the model's input from a picture, for export's preprocessing.json."""
+def picture_recipe() -> dict:
+    """How to make the model's input from a picture, for export's preprocessing.json (after its normalize step)."""
     return {
-        "normalize": {"mean": mean, "std": std, "formula": "(uint8 / 255 - mean) / std"},
         "from_mnist_digit": "A digit already in MNIST's form (uint8 [28, 28], light ink on black, as in the IDX "
         "files) needs only the normalize step.",
         "from_picture": {
