@@ -46,12 +46,12 @@ ALL_OFF = dict.fromkeys(OPTIONS, False)
 # Every option's own README section, and words that only it brings.
 README_SECTIONS = {
     "with_ladder": ("## The ladder", "train_pytorch.py", "train_fabric.py", "train_trainer.py", "compare.py"),
-    "with_digit_photos": ("## Pictures of digits", "preprocessing.json", "preprocessing.py"),
+    "with_digit_photos": ("## Pictures of digits", "preprocessing.py"),
     "with_benchmarks": ("## Benchmarks", "benchmarks/"),
     "with_plots": ("## Plots", "curves.png", ".[plots]"),
 }
 README_ALWAYS = ("## Install", "## Train", "## Test", "## Evaluate, predict, export", "## Your network")
-README_ALWAYS += ("## Your data", "## Layout", "make train", "make test", "--net ", "--data ")
+README_ALWAYS += ("## Your data", "## Layout", "make train", "make test", "--net ", "--data ", "preprocessing.json")
 # Any trace of a marker, option or template-only, in a generated file.
 MARKER_TEXT = re.compile(rf"(?:#|<!--)[ \t]*(?:(?:end|only)[ \t]+)?(?:{'|'.join(OPTIONS)})\b|template-only")
 

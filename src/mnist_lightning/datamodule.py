@@ -1,12 +1,12 @@
-from functools import partial  # only with_digit_photos
+from functools import partial
 from typing import Literal
 
 import torch
 from pydantic import NonNegativeInt, PositiveInt
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
-from .digit_files import picture_recipe, read_digits, readable  # only with_digit_photos
-from .in_memory import InMemoryDataModule, Samples, normalize
+from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
+from .in_memory import InMemoryDataModule, Samples, normalize, normalize_spec
 from .mnist_files import read_mnist
 
 DATASETS = {  # torchvision's class, and the training images' mean and std
@@ -42,17 +42,13 @@ class MNISTDataModule(InMemoryDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.torchvision_class, self.mean, self.std = DATASETS[dataset]
+        self.preprocessing = partial(normalize_spec, self.mean, self.std)  # for export.py: how inputs are made
         # with_digit_photos:
-        # For predict.py: model inputs from a picture of a digit (or IDX file).
+        # For predict.py and export.py: model inputs from a picture of a digit (or IDX file), and how they are made.
         self.read_file = partial(read_digits, mean=self.mean, std=self.std)
         self.can_read = readable
+        self.preprocessing = partial(preprocessing_spec, self.mean, self.std)
         # end with_digit_photos
-
-    def preprocessing(self) -> dict:
-        """For export.py's preprocessing.json: how a server makes model inputs from MNIST's uint8 pixels."""
-        spec = {"normalize": {"mean": self.mean, "std": self.std, "formula": "(uint8 / 255 - mean) / std"}}
-        spec |= picture_recipe()  # only with_digit_photos
-        return spec
 
     def prepare_data(self):  # on one process: download the files unless they are there, and check them
         read_mnist(self)

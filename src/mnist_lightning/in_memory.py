@@ -47,6 +47,11 @@ def normalize(images, mean, std):
     return images.unsqueeze(1).float().div_(255).sub_(mean).div_(std)  # in place: no second full-size buffer
 
 
+def normalize_spec(mean: float, std: float) -> dict:
+    """What :func:`normalize` does, for export's preprocessing.json: a server makes model inputs so."""
+    return {"normalize": {"mean": mean, "std": std, "formula": "(uint8 / 255 - mean) / std"}}
+
+
 class Samples(TensorDataset):
     """A TensorDataset that a DataLoader reads a batch at a time (``__getitems__``): one indexing operation, not a
     Python call per sample; its batches come stacked (its DataLoader takes ``collate_fn=tuple``)."""
