@@ -21,9 +21,7 @@ from .records import json_text, replaced
 def build_parser() -> Parser:
     parser = Parser(description=__doc__, exit_on_error=False)
     parser.add_class_arguments(CheckpointOptions)
-    parser.add_argument(
-        "inputs", type=str, nargs="*", default=[], help="Files or folders; none: its predict_dataloader."
-    )
+    parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: its predict_dataloader.")
     parser.add_argument("--output", type=Path | None, default=None, help="A file; unset: CSV on stdout.")
     return parser
 
