@@ -5,7 +5,7 @@ import torch
 from pydantic import NonNegativeInt, PositiveInt
 from torchvision.datasets import KMNIST, MNIST, FashionMNIST
 
-from .digit_files import preprocessing_spec, read_digits, readable  # only with_digit_photos
+from .digit_files import read_digits, readable, with_picture_recipe  # only with_digit_photos
 from .in_memory import InMemoryDataModule, Samples, normalize, normalize_spec
 from .mnist_files import read_mnist
 
@@ -47,7 +47,7 @@ class MNISTDataModule(InMemoryDataModule):
         # For predict.py and export.py: model inputs from a picture of a digit (or IDX file), and how they are made.
         self.read_file = partial(read_digits, mean=self.mean, std=self.std)
         self.can_read = readable
-        self.preprocessing = partial(preprocessing_spec, self.mean, self.std)
+        self.preprocessing = partial(with_picture_recipe, self.preprocessing())
         # end with_digit_photos
 
     def prepare_data(self):  # on one process: download the files unless they are there, and check them

@@ -14,7 +14,6 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torchvision.datasets.mnist import read_image_file
 
-from .in_memory import normalize_spec
 from .preprocessing import STEPS, NoInkError, to_model_input
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
@@ -75,9 +74,10 @@ def why_unreadable(error: Exception) -> str:
     return f"failed ({type(error).__name__}: {error})"
 
 
-def preprocessing_spec(mean: float, std: float) -> dict:
-    """How to make the model's input from a picture, for export's preprocessing.json."""
-    return normalize_spec(mean, std) | {
+def with_picture_recipe(spec: dict) -> dict:
+    """``spec`` (the data module's normalize step), and how to make the model's input from a picture before it, for
+    export's preprocessing.json."""
+    return spec | {
         "from_mnist_digit": "A digit already in MNIST's form (uint8 [28, 28], light ink on black, as in the IDX "
         "files) needs only the normalize step.",
         "from_picture": {

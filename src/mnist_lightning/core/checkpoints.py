@@ -32,7 +32,7 @@ class Checkpoint(NamedTuple):
 def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     """Every entry point loads through here, so a bad file gets the same message everywhere."""
     contents = read_checkpoint(path)
-    recorded = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
+    recorded = recorded_data(contents)
     try:
         model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
@@ -47,6 +47,11 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
+
+
+def recorded_data(contents: dict[str, Any]) -> dict[str, Any]:
+    """The data module's class path and arguments as train.py recorded them (without Lightning's instantiator)."""
+    return {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -83,7 +88,7 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
             load_checkpoint(path)  # else its network's code changed, or the file was edited
         other = f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
         trained = {key: trained.get(key) for key in ("net", "input_shape", "num_classes")}
-        trained["data"] = {k: v for k, v in contents["datamodule_hyper_parameters"].items() if k != "_instantiator"}
+        trained["data"] = recorded_data(contents)
         trained = json.dumps(trained, default=str)
         raise UserError(f"{other}. Pass the --net and --data it was trained with: {trained}.") from error
     refuse_non_finite(model, path)
