@@ -39,7 +39,7 @@ class InMemoryDataModule(LightningDataModule):
         data, workers = self.datasets[split], self.hparams.num_workers
         sampler = sampler and sampler(data, **ranks, **sampling)  # each process its share
         options = {"collate_fn": tuple, "num_workers": workers, "persistent_workers": workers > 0}  # tuple: see Samples
-        return DataLoader(data, self.hparams.batch_size, sampler=sampler, **options)
+        return DataLoader(data, batch_size=self.hparams.batch_size, sampler=sampler, **options)
 
 
 def normalize(images, mean, std):

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 import torch
 import torch.nn.functional as F
 from annotated_types import Lt
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningModule
 from pydantic import NonNegativeFloat, PositiveFloat
 from torch import nn
@@ -16,7 +17,12 @@ from .model import SimpleNN
 
 
 class Classifier(LightningModule):
-    """Train a network with cross-entropy (no device code), built for the data's input_shape and num_classes.
+    """Classify samples with a network trained by cross-entropy (no device code), built for the data's input_shape
+    and num_classes (its arguments without a default: the data module gives them).
+
+    The task is this module's: the metrics it logs are what the epoch lines, metrics.json and the results line show;
+    ``monitor`` and ``mode`` (ModelCheckpoint's) say which epoch's weights are best, which the run tests;
+    ``predict_step`` gives predict.py's columns, and ``forward`` on ``example_input_array`` is what export.py exports.
 
     Args:
         net: The network, built as net(input_shape, num_classes): --net my_package.MyCNN --net.width 32.
@@ -27,6 +33,8 @@ class Classifier(LightningModule):
         lr_schedule: cosine decays the learning rate to zero over the run, step by step; constant keeps it.
         compile: Compile the network with torch.compile (checkpoints keep the same keys).
     """
+
+    monitor, mode = "val/acc", "max"  # the best checkpoint: the highest validation accuracy
 
     def __init__(
         self,
@@ -58,9 +66,31 @@ class Classifier(LightningModule):
     def example_input_array(self):  # the model summary's, in the weights' dtype (--precision 16-true)
         return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
+    def setup(self, stage):  # a network of the wrong size is named before any step (on a GPU, a step only asserts)
+        with torch.no_grad():
+            scores = self.net.eval()(self.example_input_array)
+        self.net.train()
+        if scores.shape != (2, self.hparams.num_classes):
+            raise MisconfigurationException(
+                f"The network {type(self.net).__name__} maps {list(self.example_input_array.shape)} to "
+                f"{list(scores.shape)}, not to {self.hparams.num_classes} scores each."
+            )
+
+    def on_train_batch_start(self, batch, batch_idx, dataloader_idx=0):  # each stage's first batch: its labels
+        if batch_idx > 0:
+            return
+        labels, classes = batch[1], self.hparams.num_classes
+        if not (labels.dtype == torch.long and ((labels >= 0) & (labels < classes)).all()):
+            raise MisconfigurationException(
+                f"The first {self.trainer.state.stage} batch holds {labels.dtype} labels from {labels.min()} to "
+                f"{labels.max()}: a label of this task is an int64 class index below num_classes, {classes}."
+            )
+
+    on_validation_batch_start = on_test_batch_start = on_train_batch_start
+
     def on_train_start(self):
         # Compiled here, after the sanity check and the model summary: compiled by their inference-mode calls first,
-        # the training code differed in the last bits, on a GPU, from a plain loop's, which trains first.
+        # the training code would differ in the last bits, on a GPU, from the code an uncompiled run trains with.
         if self.hparams.compile:
             self.net.compile(dynamic=True)  # in place: same checkpoint keys; dynamic: one code for all batch sizes
 
@@ -93,8 +123,10 @@ class Classifier(LightningModule):
         self.test_confusion.reset()
 
     # end with_plots
-    def predict_step(self, batch, batch_idx):
-        return self(batch[0] if isinstance(batch, list | tuple) else batch).softmax(dim=-1)  # labels are not used
+    def predict_step(self, batch, batch_idx):  # predict.py's columns: the class, and its probability
+        probabilities = self(batch[0] if isinstance(batch, list | tuple) else batch).softmax(dim=-1)  # no labels used
+        confidence, prediction = probabilities.max(dim=-1)
+        return {"prediction": prediction, "confidence": confidence}
 
     def _evaluate(self, batch, stage, loss, accuracy):
         samples, labels = batch
@@ -113,7 +145,9 @@ class Classifier(LightningModule):
             optimizer = torch.optim.Adam(self.parameters(), hp.lr, weight_decay=hp.weight_decay)
         if hp.lr_schedule == "constant":
             return optimizer
-        schedule = RunLengthCosine(optimizer, self.trainer.estimated_stepping_batches)
+        if math.isinf(steps := self.trainer.estimated_stepping_batches):  # the schedule needs the run's length
+            raise MisconfigurationException("--max_epochs -1 gives the cosine schedule no end: give --max_steps.")
+        schedule = RunLengthCosine(optimizer, steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 

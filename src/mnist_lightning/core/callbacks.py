@@ -1,5 +1,6 @@
 """Callbacks of every training run: first batches checked, the per-epoch history (which stops a diverged run),
-SIGTERM under DDP, and the progress display."""
+SIGTERM under DDP, and the progress display. One callback where one can do: Lightning calls each callback's hooks at
+every step."""
 
 import math
 import random
@@ -16,32 +17,30 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from .checks import no_batch
 from .errors import UserError
 
-RECORDED = ("train/loss", "val/loss", "val/acc")
-
 
 class DivergedError(UserError):
     exit_code = 1
 
 
-class BatchCheck(Callback):
-    """Each stage's first batch against what the data module says (checks.DataContract): a batch that breaks it is
-    named with its data module, not found by a traceback from the step."""
+class FirstBatchCheck(Callback):
+    """Each stage's first batch against what the model takes, its ``example_input_array`` (Lightning's own way to say
+    it): samples that do not fit are named with their DataLoader, not found by a traceback from the step."""
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        if batch_idx > 0:
+        if batch_idx > 0 or not isinstance(example := pl_module.example_input_array, torch.Tensor):
             return
-        shape, classes, dtype = tuple(pl_module.hparams.input_shape), pl_module.hparams.num_classes, pl_module.dtype
-        x, y = batch if isinstance(batch, list | tuple) and len(batch) == 2 else (batch, None)
-        pair = isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-        # Samples of the weights' dtype: Lightning gives a -true precision's floats that dtype; autocast takes float32.
-        ok = pair and x.shape[1:] == shape and x.dtype == dtype and y.dtype in (torch.long, torch.uint8)
-        if not (ok and y.shape == x.shape[:1] and x.isfinite().all() and ((y >= 0) & (y < classes)).all()):
-            got = " and ".join(f"{t.dtype} {tuple(t.shape)}" for t in batch) if pair else f"a {type(batch).__name__}"
-            raise UserError(
-                f"The first batch of {type(trainer.datamodule).__name__}.{trainer.state.stage.dataloader_prefix}"
-                f"_dataloader() holds {got}, not finite {dtype} samples of its input_shape {shape} and int64 labels "
-                f"below its num_classes {classes}."
-            )
+        samples = batch[0] if isinstance(batch, list | tuple) else batch  # (samples, targets), or samples alone
+        # Of the weights' dtype: Lightning gives a -true precision's floats that dtype, and autocast takes float32.
+        tensor = isinstance(samples, torch.Tensor)
+        fits = tensor and samples.shape[1:] == example.shape[1:] and samples.dtype == example.dtype
+        if fits and samples.isfinite().all():
+            return
+        got = f"{samples.dtype} {tuple(samples.shape)}" if tensor else f"a {type(samples).__name__}"
+        raise UserError(
+            f"The first batch of {type(trainer.datamodule).__name__}.{trainer.state.stage.dataloader_prefix}"
+            f"_dataloader() holds samples of {got}, not the finite {example.dtype} samples of shape "
+            f"{tuple(example.shape[1:])} that {type(pl_module).__name__} takes (its example_input_array)."
+        )
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
 
@@ -53,10 +52,10 @@ class BatchCheck(Callback):
     on_train_epoch_end = on_train_start
 
 
-class EpochHistory(Callback):
-    """Each epoch's time and metrics (printed as a line where the progress display is EpochLines), and the whole
-    run's fit time and seed, kept in its checkpoints for a resumed run. A loss that is not finite stops the run before
-    its checkpoints are written: no record gets a NaN."""
+class EpochHistory(FirstBatchCheck):
+    """Besides the first batches' check: each epoch's time and every metric the model logs for it (printed as a line
+    where the progress display is EpochLines), and the whole run's fit time, kept in its checkpoints for a resumed
+    run. A metric that is not finite stops the run before its checkpoints are written: no record gets a NaN."""
 
     def __init__(self, record: str | None = None) -> None:
         # record: the fingerprint of the run's record (resume.fingerprint), which a resume checks; fit_seconds_before:
@@ -67,8 +66,10 @@ class EpochHistory(Callback):
     def fit_seconds(self) -> float:
         return self.fit_seconds_before + time.perf_counter() - self._segment_start
 
-    def on_train_start(self, *args):  # a run resumed mid-epoch has no on_train_epoch_start
+    def on_train_start(self, trainer=None, pl_module=None):  # a run resumed mid-epoch has no on_train_epoch_start
         self._start = self._segment_start = time.perf_counter()
+        if trainer:
+            super().on_train_start(trainer, pl_module)
 
     def on_train_epoch_start(self, *args):
         self._start = time.perf_counter()
@@ -76,11 +77,14 @@ class EpochHistory(Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         # After validation; before the checkpoint callbacks, which Lightning runs last. float() waits for the device
         # (CUDA runs asynchronously) before the clock is read.
-        metrics = {name: float(trainer.callback_metrics[name]) for name in RECORDED if name in trainer.callback_metrics}
+        super().on_train_epoch_end(trainer, pl_module)
+        logged = sorted(trainer.callback_metrics.items())  # train/loss, val/acc, val/loss: stage, then name
+        metrics = {name: float(value) for name, value in logged if value.numel() == 1}
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start} | metrics
-        if not math.isfinite(loss := metrics.get("train/loss", 0)):
+        if diverged := [f"{name} {value}" for name, value in metrics.items() if not math.isfinite(value)]:
             raise DivergedError(
-                f"Training diverged ({loss}): use a smaller --lr; with 16-bit weights, a -mixed or 32-true --precision."
+                f"Training diverged ({diverged[0]}): use a smaller learning rate; with 16-bit weights, a -mixed or "
+                "32-true --precision."
             )
         self.rows = [r for r in self.rows if r["epoch"] != row["epoch"]] + [row]
         if isinstance(trainer.progress_bar_callback, EpochLines) and trainer.is_global_zero:
@@ -112,26 +116,39 @@ class EpochHistory(Callback):
 
 
 class StopTogether(Callback):
-    """Under DDP, a SIGTERM to any process stops all of them after the same training batch: after each one they
-    agree whether any was sent it. A process that stopped alone would leave the others waiting for it forever in
-    their next collective. train.py's SIGTERM handler notes the signal here (workarounds.sigterm_to_stop_together),
-    and train.train asks again after the fit. cli.build_training adds it to distributed runs only, and holds
-    SIGTERM (blocks it) from then to :meth:`setup`, once the processes have joined, and the processes
-    Lightning starts inherit it held: one sent as they start (while they import, or the first waits for them in
-    torch's C++) must not end one of them alone, which Lightning 2.6 answers by SIGKILLing every process."""
+    """Under DDP, a SIGTERM to any process stops all of them after the same batch of the fit or the test: after each
+    one they agree whether any was sent it. A process that stopped alone would leave the others waiting for it
+    forever in their next collective (workarounds.note_sigterm). Its handler notes the signal from ``setup`` on, once
+    the processes have joined: cli.build holds SIGTERM (blocks it) until then, and the processes Lightning starts
+    inherit it held, as one sent while they start must not end one of them alone (Lightning 2.6 then SIGKILLs every
+    process). cli.build adds it to distributed runs only."""
 
-    received = False  # on the class: noted by train.py's handler from the fit's start (others may still be joining)
+    received = False
 
     def setup(self, trainer, pl_module, stage):
+        self.restore = signal.signal(signal.SIGTERM, self.note)  # Lightning's handler, during the fit, calls it too
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one held till now is noted now
 
-    @staticmethod
-    def any_received(trainer) -> bool:
-        return trainer.strategy.reduce_boolean_decision(StopTogether.received, all=False)
+    def note(self, signum, frame):
+        self.received = True
+
+    def teardown(self, trainer, pl_module, stage):
+        signal.signal(signal.SIGTERM, self.restore)
+
+    def any_received(self, trainer) -> bool:
+        return trainer.strategy.reduce_boolean_decision(self.received, all=False)
 
     def on_train_batch_end(self, trainer, *args):
         if self.any_received(trainer):
             raise SIGTERMException  # how Lightning stops a fit on SIGTERM
+
+    on_test_batch_end = on_train_batch_end
+
+
+def sigterm_received(trainer) -> bool:
+    """Whether the fit noted a SIGTERM (in any process, under DDP) after its last check for one."""
+    together = [callback.any_received(trainer) for callback in trainer.callbacks if isinstance(callback, StopTogether)]
+    return trainer.received_sigterm or any(together)
 
 
 def progress_display() -> ProgressBar:

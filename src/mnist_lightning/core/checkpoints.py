@@ -2,10 +2,10 @@
 
 import io
 import json
-import os
+import logging
 import pickle
 import zipfile
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -15,8 +15,10 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from pydantic import PositiveInt
 
 from .classes import model_class
+from .devices import check_gpu
 from .errors import UserError
 from .records import replaced
 
@@ -37,16 +39,40 @@ def load_checkpoint(path: str | Path, **data_overrides: Any) -> Checkpoint:
         model = model_class().load_from_checkpoint(path, map_location="cpu", weights_only=True)
         datamodule = instantiate_module(LightningDataModule, recorded)  # as Lightning's loader does
     except (ArgumentError, ImportError, RuntimeError) as error:  # a class not importable, or its code changed since
-        causes = "its --net or --data code is not importable (PYTHONPATH) or has changed since, or the file was edited"
+        causes = "the code of its model or data is not importable (PYTHONPATH) or changed since, or the file was edited"
         raise UserError(f"{path} cannot be loaded here ({error}): {causes}.") from error
-    finally:
-        read_contents.cache_clear()
     refuse_non_finite(model, path)
     if data_overrides:  # refused, if at all, by jsonargparse or the data module in their own words
         datamodule = instantiate_module(LightningDataModule, recorded | data_overrides)
     # As train.py records it, whether or not the data module saves its own: evaluate and predict read batch_size.
     datamodule.save_hyperparameters(contents["datamodule_hyper_parameters"] | data_overrides)
     return Checkpoint(model, datamodule, epochs=completed_epochs(contents))
+
+
+@dataclass
+class CheckpointOptions:
+    """The checkpoint, where to run it, and what of its run to change
+
+    Args:
+        ckpt_path: A .ckpt written by scripts/train.py.
+        accelerator: cpu, gpu, cuda, mps or auto.
+        data: Data module arguments to change, e.g. --data.data_dir DIR.
+        batch_size: Samples per batch (default: the training run's).
+    """
+
+    ckpt_path: str
+    accelerator: str = "auto"
+    data: dict[str, Any] = field(default_factory=dict)
+    batch_size: PositiveInt | None = None
+
+
+def load_with_overrides(config: Any) -> Checkpoint:
+    """The checkpoint of ``config`` (CheckpointOptions), its data module built with their changes, for a command that
+    runs it on ``config.accelerator`` (checked first) and prints its results, not the device banners."""
+    check_gpu(config.accelerator)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    batch_size = {"batch_size": config.batch_size} if config.batch_size else {}
+    return load_checkpoint(config.ckpt_path, **config.data | batch_size)  # the data module's signature checks them
 
 
 def recorded_data(contents: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +83,13 @@ def recorded_data(contents: dict[str, Any]) -> dict[str, Any]:
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint's contents (tensors and plain values only: it cannot run code), or what the file is instead."""
     try:
-        return read_contents(str(path), os.stat(path).st_mtime_ns)  # a file rewritten since is read again
+        with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
+            if damaged := archive.testzip():
+                raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
+        contents = torch.load(path, map_location="cpu", weights_only=True)
+        if missing := [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]:
+            raise ValueError(f"it has no {', '.join(missing)}")
+        return contents
     except Exception as error:  # torch raises many types for one meaning
         # Not torch's words for objects it refused: its advice (weights_only=False) would run the file's code.
         reason = "it holds more than tensors and plain values" if isinstance(error, pickle.UnpicklingError) else error
@@ -65,32 +97,19 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{problem}. Restore it from a copy, or pass another .ckpt of a run.") from error
 
 
-@lru_cache(maxsize=1)  # the file last read, until its weights are loaded: a resume reads last.ckpt once
-def read_contents(path: str, mtime_ns: int) -> dict[str, Any]:
-    with zipfile.ZipFile(path) as archive:  # what torch.save writes; torch.load does not check its checksums
-        if damaged := archive.testzip():
-            raise zipfile.BadZipFile(f"{damaged} in it no longer matches its checksum: a disk or copy error")
-    contents = torch.load(path, map_location="cpu", weights_only=True)
-    if missing := [key for key in RECORDED if not isinstance(contents, dict) or key not in contents]:
-        raise ValueError(f"it has no {', '.join(missing)}")
-    return contents
-
-
 def load_weights(model: LightningModule, path: str | Path) -> None:
     """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress. A
     resumed run's own weights are tried here too, so a network whose code changed is named before Lightning loads."""
     contents = read_checkpoint(path)
-    read_contents.cache_clear()
     try:
         model.load_state_dict(contents["state_dict"])
     except RuntimeError as error:  # missing, unexpected or differently shaped weights
-        if "net" in (trained := contents["hyper_parameters"]):  # one of this project's: its record must build a taker
+        if "_class_path" in (trained := contents["hyper_parameters"]):  # one of train.py's: its record must build one
             load_checkpoint(path)  # else its network's code changed, or the file was edited
-        other = f"{path} holds the weights of another network than this run's {type(model.net).__name__}"
-        trained = {key: trained.get(key) for key in ("net", "input_shape", "num_classes")}
-        trained["data"] = recorded_data(contents)
-        trained = json.dumps(trained, default=str)
-        raise UserError(f"{other}. Pass the --net and --data it was trained with: {trained}.") from error
+        trained = {key: value for key, value in trained.items() if not key.startswith("_")}
+        trained = json.dumps(trained | {"data": recorded_data(contents)}, default=str)
+        other = f"{path} holds the weights of another network than this run's {type(model).__name__} has"
+        raise UserError(f"{other}. Pass the options and --data it was trained with: {trained}.") from error
     refuse_non_finite(model, path)
 
 
@@ -127,11 +146,14 @@ class RunCheckpoint(ModelCheckpoint):
         super().load_state_dict(moved)
 
 
-def run_checkpoints(dirpath: Path, validated: bool = True) -> list[RunCheckpoint]:
-    """``best-epochNN-accX.ckpt`` (with validation), the best weights so far, which the run tests; and ``last.ckpt``,
-    the resume point, rewritten at every epoch's end (``save_last=True`` would rewrite it only when the monitored
-    metric improved). A resumed run trains its stopped epoch again, on the same batches."""
+def run_checkpoints(dirpath: Path, model: LightningModule | None) -> tuple[RunCheckpoint | None, RunCheckpoint]:
+    """The best weights so far, by the metric the model monitors (``monitor`` and ``mode``, ModelCheckpoint's), which
+    the run tests: ``best-epochNN-<metric>X.ckpt`` (none without validation, or a monitor); and ``last.ckpt``, the
+    resume point, rewritten at every epoch's end (``save_last=True`` would rewrite it only when the best improved).
+    A resumed run trains its stopped epoch again, on the same batches."""
     last = RunCheckpoint(dirpath, "last", enable_version_counter=False, save_on_train_epoch_end=True)
-    filename = "best-epoch{epoch:02d}-acc{val/acc:.4f}"
-    best = RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor="val/acc", mode="max")
-    return [best, last] if validated else [last]
+    if not (monitor := getattr(model, "monitor", None)):
+        return None, last
+    filename = f"best-epoch{{epoch:02d}}-{monitor.rpartition('/')[2]}{{{monitor}:.4f}}"
+    mode = getattr(model, "mode", "min")
+    return RunCheckpoint(dirpath, filename, auto_insert_metric_name=False, monitor=monitor, mode=mode), last

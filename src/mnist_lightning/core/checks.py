@@ -1,11 +1,9 @@
 """Checks made before training, so that a mistake ends in one message saying what to do, not in a traceback."""
 
-import inspect
 import os
 from contextlib import suppress
 from typing import Any, Protocol
 
-import torch
 import yaml
 from jsonargparse import get_loader
 from lightning.pytorch import LightningDataModule, Trainer
@@ -19,46 +17,14 @@ PARSER_YAML = get_loader("yaml")  # jsonargparse's own YAML reading, which load_
 class DataContract(Protocol):
     """What every data module of this template (``--data``) gives the machinery, checked before training.
 
-    It takes ``batch_size``, the top-level ``--batch_size``, in its ``__init__``. It says what the model is built for
-    as attributes: ``input_shape``, the shape of one sample (a tuple of positive ints, e.g. ``(3, 32, 32)``), and
-    ``num_classes`` (an int, 2 or more). Its DataLoaders give ``(samples, labels)`` batches: finite float samples of
-    shape ``(batch, *input_shape)`` (float32, or the weights' dtype with a ``-true`` precision) and int64 labels from
-    0 to ``num_classes - 1``; Lightning moves them to the device.
+    It takes ``batch_size``, the top-level ``--batch_size``, in its ``__init__``, and has as attributes what the
+    LightningModule takes from it: its arguments without a default (the example's ``input_shape`` and
+    ``num_classes``). Its DataLoaders give ``(samples, targets)`` batches (or samples alone, to predict) whose samples
+    are finite and fit the LightningModule's ``example_input_array`` (of its dtype: float32, or the weights' dtype
+    with a ``-true`` precision); what targets are is the LightningModule's task. Lightning moves them to the device.
     """
 
     batch_size: int
-    input_shape: tuple[int, ...]
-    num_classes: int
-
-
-def data_sizes(datamodule: DataContract) -> dict[str, Any]:
-    """The sizes the data module says the model is built for."""
-    shape, classes = getattr(datamodule, "input_shape", None), getattr(datamodule, "num_classes", None)
-    batched = "batch_size" in inspect.signature(type(datamodule)).parameters  # --batch_size is linked into it
-    if not (isinstance(shape, tuple | list) and isinstance(classes, int) and classes >= 2 and batched):
-        raise UserError(
-            f"The data module {type(datamodule).__name__} must take batch_size and set input_shape (a tuple) and "
-            f"num_classes (2 or more), as checks.DataContract says: it has {shape!r} and {classes!r}."
-        )
-    return {"input_shape": list(shape), "num_classes": classes}
-
-
-def check_network(net: torch.nn.Module, samples: torch.Tensor, num_classes: int) -> None:
-    """Unless ``net`` maps ``samples`` to one score per class, a UserError now rather than at the first batch (an
-    error raised by the network itself is the user's code's, shown with its traceback)."""
-    with torch.no_grad():
-        scores = net.eval()(samples)  # eval: no batch-norm statistics updated, no dropout drawn
-    net.train()  # as it was built
-    got = list(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
-    if got != [len(samples), num_classes]:
-        name = type(net).__name__
-        raise UserError(f"The network {name} maps {list(samples.shape)} to {got}, not to {num_classes} scores each.")
-
-
-def check_schedule(config: Any) -> None:
-    """No library can say this: the cosine schedule needs the run's length."""
-    if config.max_epochs == -1 and config.max_steps == -1 and config.lr_schedule == "cosine":
-        raise UserError("--max_epochs -1 gives the cosine schedule no end: give --max_steps or --lr_schedule constant.")
 
 
 def check_launched(num_nodes: int) -> None:

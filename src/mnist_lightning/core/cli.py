@@ -4,39 +4,34 @@ a class path, their arguments as ``--net.NAME``. Each run records its resolved c
 """
 
 import inspect
-import os
 import signal
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
-from pathlib import Path
 from typing import Literal
 
 import torch
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, set_loader
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from pydantic import PositiveInt
 
-from . import checkpoints, checks, devices, records, workarounds
-from .callbacks import BatchCheck, EpochHistory, StopTogether, progress_display
+from . import checkpoints, checks, devices, workarounds
+from .callbacks import EpochHistory, StopTogether, progress_display
 from .classes import DATA_MODULE, MODEL, model_class
 from .errors import UserError
-from .resume import fingerprint, refuse_finished_run, resumed_record
+from .records import RUN_RECORD, replaced
+from .resume import fingerprint, resumed_record
+from .runs import Run
 
-# Lightning's error for a setting that cannot work, raised by Lightning or by a data module: printed as a paragraph.
-USER_ERRORS = (MisconfigurationException,)
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
 TRAINER_DEFAULTS = {"max_epochs": 12, "devices": 1, "log_every_n_steps": 10}
-RUN_DIR_VARIABLE = "MNIST_LIGHTNING_RUN_DIR"  # rank 0's choice of run folder, for the ranks Lightning starts
 BatchSize = PositiveInt  # --batch_size of every script (a plain int: it goes into checkpoints)
 
 
@@ -95,8 +90,8 @@ def build_parser() -> ArgumentParser:
     parser = Parser(prog="train.py", description="Train a network, then test its best checkpoint.", exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
     parser.add_class_arguments(Options, None, instantiate=False)
-    # The data's sizes are the data module's to give, not options (build_training).
-    parser.add_class_arguments(model_class(), None, instantiate=False, skip={"input_shape", "num_classes"})
+    # Its arguments without a default are the data module's to give, not options (build).
+    parser.add_class_arguments(model_class(), None, instantiate=False, skip=set(data_given(model_class())))
     parser.add_subclass_arguments(
         LightningDataModule,
         "data",
@@ -106,14 +101,13 @@ def build_parser() -> ArgumentParser:
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
-    parser.set_defaults(
-        TRAINER_DEFAULTS, data={"class_path": DATA_MODULE}, net={"class_path": "mnist_lightning.model.SimpleNN"}
-    )
+    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": DATA_MODULE})
     return parser
 
 
 def parse_args(argv: list[str] | None = None) -> Namespace:
-    """The resolved configuration. ``--output_dir <run> --ckpt_path last`` starts from the run's own record."""
+    """The resolved configuration, checked where no library checks it. ``--output_dir <run> --ckpt_path last`` starts
+    from the run's own record."""
     argv = sys.argv[1:] if argv is None else argv
     # Read before parsing, argument by argument: a --data.batch_size jsonargparse would drop for the linked
     # --batch_size, and a typed --ckpt_path last, which resumes from the run's record with only the flags resume.py's
@@ -125,92 +119,82 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
     if config.ckpt_path == "last" and not resuming:
         raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
-    checks.check_schedule(config)
+    devices.check_gpu(config.accelerator)
+    checks.check_launched(config.num_nodes)
     return config
 
 
-Training = namedtuple("Training", "trainer model datamodule ckpt_path")  # what train.train takes
+def data_given(model_type: type) -> list[str]:
+    """The model's arguments without a default: its data module gives them, as attributes of the same names (as
+    LightningCLI's link_arguments would, from data to model)."""
+    parameters = inspect.signature(model_type).parameters.values()
+    return [p.name for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
-def build_training(config: Namespace) -> Training:
-    """The data, the model, the callbacks, the logger and the Trainer, and the run recorded: each mistake found before
-    Lightning's banners print; a new run that fails here leaves no folder behind."""
-    devices.check_gpu(config.accelerator)
-    checks.check_launched(config.num_nodes)
-    weights = config.ckpt_path  # a resumed run's own start is in its record, read before a restart clears it
-    if resumed := weights == "last":
-        weights = yaml.safe_load((Path(config.output_dir) / records.RUN_RECORD).read_text()).get("ckpt_path")
-    # Resumed from its last.ckpt; without one (killed before it), a resume starts the run over as a new one.
-    resuming = resumed and (Path(config.output_dir) / "checkpoints" / "last.ckpt").is_file()
-    if rank_zero_only.rank > 0:  # rank 0 has chosen (and passed it on), or torchrun gave every process the folder
-        if not (shared := config.output_dir or os.environ.get(RUN_DIR_VARIABLE)):
-            raise UserError("Processes started by torchrun or srun must all be given the same --output_dir.")
-        run_dir = Path(shared)
-    elif resuming:
-        records.lock(run_dir := Path(config.output_dir))  # one run at a time in a folder
-        refuse_finished_run(run_dir, config.max_epochs)
-    else:
-        run_dir = records.new_run_dir(config.output_dir)
-    os.environ[RUN_DIR_VARIABLE] = str(run_dir.resolve())  # inherited by the ranks Lightning launches
-    last = run_dir / "checkpoints" / "last.ckpt"
-    try:
-        # Before --net is built: it seeds the initial weights. The seed is in config.yaml and metrics.json.
-        seed_everything(config.seed, workers=True, verbose=False)
-        torch.set_float32_matmul_precision(config.float32_matmul_precision)
-        built = build_parser().instantiate_classes(config)
-        sizes = checks.data_sizes(datamodule := built.data)  # the model is built for the data's sizes
-        model = model_class()(**arguments_of(model_class(), built), **sizes)
-        checks.check_network(model.net, model.example_input_array, sizes["num_classes"])  # now, not at the first batch
-        checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
-        if start := last if resuming else weights:  # a new run from weights has its own optimizer and schedule
-            checkpoints.load_weights(model, start)  # resuming: refused now if they no longer fit; Lightning loads them
-        if rank_zero_only.rank == 0:
-            datamodule.prepare_data()  # the data files, checked now (Lightning calls it again; it checks once)
-        # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept
-        # here would stop every later resume at once (Lightning's Timer counts the earlier segments' time).
-        record = config.clone().update(Namespace(output_dir=None, max_time=None, ckpt_path=weights))
-        record_text = build_parser().dump(record, skip_none=False)
-        # Class paths and settings as hyperparameters, as LightningCLI keeps them (a function that builds the network
-        # by its import path): load_from_checkpoint rebuilds any --net and --data, with no pickled code.
-        chosen = yaml.safe_load(record_text)
-        instantiator = {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
-        model.save_hyperparameters({**model.hparams, "net": chosen["net"], "_class_path": MODEL, **instantiator})
-        data = config.as_dict()["data"]  # with the linked batch_size, which the record keeps as --batch_size only
-        datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
-
-        given = built.callbacks or []  # one callback or a list, as Lightning takes them
-        callbacks = [*given] if isinstance(given, list) else [given]
-        callbacks += [BatchCheck(), EpochHistory(fingerprint(record_text))]
-        # Checked at epoch ends: Lightning's check after every batch ends the epoch where it is, as if complete (a
-        # resumed run would skip the rest of it).
-        if built.max_time:
-            callbacks.append(Timer(built.max_time, interval="epoch"))
-        # Without validation (--limit_val_batches 0, no val_dataloader) there is no best: it tests its last weights.
-        validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
-        callbacks += checkpoints.run_checkpoints(last.parent, validated) * (built.enable_checkpointing is not False)
-        if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
-            callbacks.append(progress_display())
-        if built.logger in ("csv", None, True):  # a resumed run logs to logs/resume-N/, not over logs/metrics.csv
-            version = f"resume-{len(list(run_dir.glob('logs/resume-*'))) + 1}" if resuming else ""
-            built.logger = records.CSVLog(run_dir, "logs", version)
-        callbacks += [LearningRateMonitor(logging_interval="step")] * bool(built.logger)
-        built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run_dir))
-        with workarounds.lightning_notes_ignored():
-            trainer = Trainer(**arguments_of(Trainer, built))
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a --plugins one
-            trainer.strategy.checkpoint_io = checkpoints.AtomicCheckpointIO()
-        if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
-            trainer.callbacks.append(StopTogether())
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the processes have joined: StopTogether
-        if trainer.is_global_zero:
-            with records.replaced(run_dir / records.RUN_RECORD) as file:  # whole or not at all
-                file.write(record_text.encode())
-    except BaseException:
-        if rank_zero_only.rank == 0:  # a resumed run's folder is kept: it holds its last.ckpt
-            records.discard_new_run(run_dir)
-        raise
-    return Training(trainer, model, datamodule, str(last) if resuming else None)
+Training = namedtuple("Training", "trainer model datamodule ckpt_path best")  # what train.train takes
 
 
-def arguments_of(cls: type, config: Namespace) -> dict:
+def build(config: Namespace, run: Run) -> Training:
+    """The data, the model, the callbacks, the logger and the Trainer, in that order, and the run's record written:
+    each mistake found before Lightning's banners print."""
+    seed_everything(config.seed, workers=True, verbose=False)  # before the model: it seeds the initial weights
+    torch.set_float32_matmul_precision(config.float32_matmul_precision)
+    built = build_parser().instantiate_classes(config)
+    datamodule, model_type = built.data, model_class()
+    if missing := [name for name in data_given(model_type) if not hasattr(datamodule, name)]:
+        raise UserError(
+            f"The data module {type(datamodule).__name__} has no {' or '.join(missing)}, which {model_type.__name__} "
+            "takes from it (its arguments without a default): set them in the data module, e.g. in its __init__."
+        )
+    model = model_type(
+        **arguments_of(model_type, built), **{name: getattr(datamodule, name) for name in data_given(model_type)}
+    )
+    checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
+    if start := run.resume_from or run.weights:  # a new run from weights has its own optimizer and schedule
+        checkpoints.load_weights(model, start)  # resuming: refused now if they no longer fit; Lightning loads them
+    # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept here
+    # would stop every later resume at once (Lightning's Timer counts the earlier segments' time).
+    record = config.clone().update(Namespace(output_dir=None, max_time=None, ckpt_path=run.weights))
+    record_text = build_parser().dump(record, skip_none=False)
+    # Class paths and arguments as hyperparameters, as LightningCLI keeps them (a function that builds the network by
+    # its import path): load_from_checkpoint rebuilds any model and data module, with no pickled code.
+    instantiator = {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
+    chosen = arguments_of(model_type, yaml.safe_load(record_text))
+    model.save_hyperparameters({**model.hparams, **chosen, "_class_path": MODEL, **instantiator})
+    data = config.as_dict()["data"]  # with the linked batch_size, which the record keeps as --batch_size only
+    datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
+
+    given = built.callbacks or []  # one callback or a list, as Lightning takes them
+    callbacks = [*(given if isinstance(given, list) else [given]), EpochHistory(fingerprint(record_text))]
+    # Checked at epoch ends: Lightning's check after every batch ends the epoch where it is, as if complete (a
+    # resumed run would skip the rest of it).
+    if built.max_time:
+        callbacks.append(Timer(built.max_time, interval="epoch"))
+    # What the best checkpoint is, the model says (monitor, mode); without validation (--limit_val_batches 0, no
+    # val_dataloader) there is none, and the run tests its last weights.
+    validated = built.limit_val_batches != 0 and is_overridden("val_dataloader", datamodule)
+    best = None
+    if built.enable_checkpointing is not False:
+        best, last = checkpoints.run_checkpoints(run.dir / "checkpoints", validated and model)
+        callbacks += [best, last] if best else [last]
+    if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(progress_display())
+    if built.logger in ("csv", None, True):  # each segment of a resumed run in a logs/version_N of its own
+        built.logger = CSVLogger(run.dir, "logs")
+    callbacks += [LearningRateMonitor(logging_interval="step")] * bool(built.logger)
+    built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run.dir))
+    with workarounds.lightning_notes_ignored():
+        trainer = Trainer(**arguments_of(Trainer, built))
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a --plugins one
+        trainer.strategy.checkpoint_io = checkpoints.AtomicCheckpointIO()
+    if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
+        trainer.callbacks.append(StopTogether())
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the processes have joined: StopTogether
+    if trainer.is_global_zero:
+        with replaced(run.dir / RUN_RECORD) as file:  # whole or not at all
+            file.write(record_text.encode())
+    return Training(trainer, model, datamodule, run.resume_from, best)
+
+
+def arguments_of(cls: type, config: Namespace | dict) -> dict:
     return {name: config[name] for name in inspect.signature(cls).parameters if name in config}

@@ -2,22 +2,28 @@
 or machine is one paragraph; a library's refusal of a value is its own message; an error in the user's code is
 Python's traceback, after a line naming the hook that failed."""
 
+import errno
 import importlib.util
 import os
 import signal
 import sys
 import sysconfig
-import threading
 import traceback
+from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning_utilities.core.rank_zero import rank_zero_only
 
 from .workarounds import apply_workarounds, end_process_group
 
 USAGE_ERROR = 2  # the exit status argparse uses for a bad command line
 INTERRUPTED = 130  # the shell's status for a program ended by Ctrl-C (128 + SIGINT)
 TERMINATED = 143  # and by SIGTERM (kill, timeout, a scheduler's stop)
-
+# The OS's refusals to write that a user mends (room, quota, a read-only disk), wherever they come from.
+CANNOT_WRITE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 MACHINERY = Path(__file__).resolve().parent
 PACKAGE = MACHINERY.parent
@@ -36,8 +42,8 @@ class WriteError(UserError):
 
     exit_code = 1
 
-    def __init__(self, path: Path, error: OSError) -> None:
-        super().__init__(f"{path} could not be written: {error.strerror or error}.")  # the OS's own reason
+    def __init__(self, path: Path | str | None, error: OSError) -> None:
+        super().__init__(f"{path or 'A file'} could not be written: {error.strerror or error}.")  # the OS's reason
 
 
 def in_user_code(filename: str) -> bool:
@@ -76,60 +82,63 @@ def report_failure(error: Exception) -> int:
     return USAGE_ERROR
 
 
-def run_main(main, user_errors=(), stops_itself=lambda: False, where=None, exiting=False) -> int:
-    """Run an entry point: a UserError, or one of ``user_errors``, becomes a paragraph on stderr and its exit status
-    (``exit_code``, else 2). SIGTERM stops it as Ctrl-C does: through every clean-up (``finally``), then status 143,
-    ``where()`` said if given; unless ``stops_itself()``, called on SIGTERM: a fit, which stops after its batch.
+def paragraph(message: str, kept: str) -> str:
+    """A message as one line, and after it what a stopped command kept (``kept``), as a sentence of its own."""
+    return " ".join(f"{message} {kept[:1].upper()}{kept[1:]}".split())
+
+
+def run_main(command: Callable[[], object], exiting: bool = False) -> int:
+    """Run an entry point: a UserError, or Lightning's MisconfigurationException (a setting that cannot work), is a
+    paragraph on stderr and its exit status (``exit_code``, else 2); the OS refusing a write, the file and its reason.
+    SIGTERM stops it as Ctrl-C does, through every clean-up (``finally``), then status 143. What the command kept,
+    where it says (an exception's ``kept``, see :func:`mnist_lightning.core.runs.open_run`), follows the message.
     ``exiting``: the process ends with it (a command's ``main()``, given no arguments)."""
     apply_workarounds()
     if hasattr(sys.stdout, "reconfigure"):  # (a notebook's output has none) File names need not be UTF-8 text:
         sys.stdout.reconfigure(errors="backslashreplace")  # one printed in a UTF-8 locale is not a failure
     sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
-    def on_sigterm(signum, frame):  # also called by Lightning's own handler, during fit
+    def on_sigterm(signum, frame):
         sigterms.append(signum)
-        if len(sigterms) == 1 and not stops_itself():
+        # During a fit, Lightning's handler replaces this one and calls it after noting the signal: the fit stops
+        # after its batch (workarounds.note_sigterm).
+        if len(sigterms) == 1 and signal.getsignal(signal.SIGTERM) is on_sigterm:
             sys.exit(TERMINATED)
 
-    # Not over a handler of the caller's, nor from another thread, where Python cannot set one.
-    main_thread = threading.current_thread() is threading.main_thread()
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
-    if handlers.get(signal.SIGTERM) == signal.SIG_DFL:
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    if handlers[signal.SIGTERM] == signal.SIG_DFL:  # not over a handler of the caller's
         signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        main()
+        command()
         for signum in handlers:  # done, its results written: a stop now would only report a failure that is not one
             signal.signal(signum, signal.SIG_IGN)
         end_process_group()
-    except (UserError, *user_errors) as error:
-        kept = where() if where and isinstance(error, WriteError) else ""  # what was kept, how to go on with room
-        print(" ".join(f"Error: {error} {kept[:1].upper()}{kept[1:]}".split()), file=sys.stderr)  # one paragraph
-        return getattr(error, "exit_code", USAGE_ERROR)
     except (KeyboardInterrupt, SystemExit) as stop:
         # Lightning ends a Trainer call stopped by Ctrl-C with exit(1), raised while it handles the KeyboardInterrupt.
         if not (ctrl_c := isinstance(stop, KeyboardInterrupt) or isinstance(stop.__context__, KeyboardInterrupt)):
-            if stop.code != TERMINATED:
+            if not (isinstance(stop, SIGTERMException) or stop.code == TERMINATED):  # Lightning's, or ours
                 raise
             end_process_group()
-        # Only a distributed run's first process reports (the rank Lightning sets, light to import).
-        from lightning_utilities.core.rank_zero import rank_zero_only
-
-        if getattr(rank_zero_only, "rank", 0) == 0:
+        if rank_zero_only.rank == 0:  # only a distributed run's first process reports
             said = "Interrupted" if ctrl_c else "Stopped by SIGTERM"
-            print(f"\n{said}: {where()}" if where else f"\n{said}.", file=sys.stderr)
+            kept = getattr(stop, "kept", "")
+            print(f"\n{said}: {kept}" if kept else f"\n{said}.", file=sys.stderr)
         return INTERRUPTED if ctrl_c else TERMINATED
     except BrokenPipeError:  # output piped into a command that stopped reading it (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's advice: no error at exit
         return 1
     except Exception as error:
-        return report_failure(error)
+        write_failed = isinstance(error, WriteError) or (isinstance(error, OSError) and error.errno in CANNOT_WRITE)
+        if not (write_failed or isinstance(error, UserError | MisconfigurationException)):
+            return report_failure(error)
+        message = str(WriteError(error.filename, error)) if isinstance(error, OSError) else str(error)  # a library's
+        kept = getattr(error, "kept", "") if write_failed else ""  # what the command kept, to go on with room
+        print(f"Error: {paragraph(message, kept)}", file=sys.stderr)
+        return 1 if write_failed else getattr(error, "exit_code", USAGE_ERROR)
     finally:
-        from .records import release  # here: records imports this module
-
-        release()  # the run folders it locked (records.lock): a later command in this process may use them
         # A command run as a program (``exiting``) is done: a stop while Python shuts down (seconds, with torch
         # loaded) would only turn its status into a failure. Called from Python, the caller's handlers come back.
         for signum, handler in handlers.items():
             signal.signal(signum, signal.SIG_IGN if exiting else handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # held by a fit that failed to start (train.main)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # held by a fit that failed to start
     return 0

@@ -1,39 +1,21 @@
 """Test a trained checkpoint on its data module's test set, on any accelerator; writes metrics.json, with the
 keys of training's, and config.yaml, its options, in a new run folder."""
 
-import logging
-from dataclasses import dataclass, field
-from typing import Any
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.utilities import rank_zero_only
 
-from .callbacks import BatchCheck, progress_display
-from .checkpoints import load_checkpoint
+from .callbacks import FirstBatchCheck, progress_display
+from .checkpoints import CheckpointOptions, load_with_overrides
 from .checks import check_tested
-from .cli import USER_ERRORS, BatchSize, Parser
-from .devices import check_gpu
+from .cli import Parser
 from .errors import run_main
-from .records import RUN_RECORD, discard_new_run, new_run_dir, replaced, run_metrics, write_json
+from .records import RUN_RECORD, replaced, run_metrics, scores, write_json
+from .runs import new_run
 from .workarounds import lightning_notes_ignored
-
-
-@dataclass
-class CheckpointOptions:
-    """The checkpoint, where to run it, and what of its run to change
-
-    Args:
-        ckpt_path: A .ckpt written by scripts/train.py.
-        accelerator: cpu, gpu, cuda, mps or auto.
-        data: Data module arguments to change, e.g. --data.data_dir DIR.
-        batch_size: Samples per batch (default: the training run's).
-    """
-
-    ckpt_path: str
-    accelerator: str = "auto"
-    data: dict[str, Any] = field(default_factory=dict)
-    batch_size: BatchSize | None = None
 
 
 @dataclass
@@ -58,25 +40,14 @@ def build_parser() -> Parser:
     return parser
 
 
-def load_with_overrides(config: Namespace):
-    """The checkpoints.Checkpoint of ``config.ckpt_path``, its data module built with CheckpointOptions's changes,
-    for a command that runs it on ``config.accelerator`` (checked first) and prints its results, not the device
-    banners."""
-    check_gpu(config.accelerator)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    batch_size = {"batch_size": config.batch_size} if config.batch_size else {}
-    return load_checkpoint(config.ckpt_path, **config.data | batch_size)  # the data module's signature checks them
-
-
 def evaluate(config: Namespace) -> None:
     """A failed or stopped evaluation leaves no folder behind (one with its metrics.json stays)."""
     model, datamodule, epochs = load_with_overrides(config)
     # The processes Lightning starts for --devices N run this command again: only the first has a folder and writes.
-    run_dir = new_run_dir(config.output_dir) if rank_zero_only.rank == 0 else None
-    try:
+    with new_run(config.output_dir) if rank_zero_only.rank == 0 else nullcontext() as run_dir:
         with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
             settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
-            trainer = Trainer(logger=False, callbacks=[progress_display(), BatchCheck()], **settings)
+            trainer = Trainer(logger=False, callbacks=[progress_display(), FirstBatchCheck()], **settings)
             results = trainer.test(model, datamodule=datamodule, verbose=False)
         check_tested(trainer)
         metrics = run_metrics(trainer, model, test=results[0], epochs=epochs, best_checkpoint=config.ckpt_path)
@@ -84,12 +55,8 @@ def evaluate(config: Namespace) -> None:
             write_json(run_dir / "metrics.json", metrics)
             with replaced(run_dir / RUN_RECORD) as file:
                 file.write(build_parser().dump(config).encode())
-            print(f"Test accuracy {100 * metrics['test/acc']:.2f} % (loss {metrics['test/loss']:.4f}); {run_dir}")
-    except BaseException:
-        if run_dir:
-            discard_new_run(run_dir)
-        raise
+            print(f"Tested: {scores(results[0])}. Run folder: {run_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: evaluate(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
+    return run_main(lambda: evaluate(build_parser().parse_args(argv)), exiting=argv is None)

@@ -1,7 +1,7 @@
-"""Export the trained network for serving without Lightning: torch.export (.pt2) and, asked for (it needs the onnx
-extra), ONNX.
-Both take a batch of model inputs (float32, any batch size) and return class scores (ONNX: logits);
-preprocessing.json says so, with the data module's recipe for inputs where it has one (preprocessing())."""
+"""Export the trained model for serving without Lightning, as Lightning's own to_onnx does: its forward, on inputs like
+its example_input_array (any batch size): torch.export (.pt2) and, asked for (it needs the onnx extra), ONNX.
+preprocessing.json gives the input's and output's shapes, and the data module's recipe for inputs where it has one
+(preprocessing())."""
 
 import io
 from contextlib import ExitStack
@@ -13,8 +13,9 @@ from jsonargparse import Namespace
 
 from .checkpoints import load_checkpoint
 from .cli import Parser
-from .errors import run_main
-from .records import json_text, lock, replaced
+from .errors import UserError, run_main
+from .records import json_text, replaced
+from .runs import locked
 
 
 @dataclass
@@ -42,22 +43,22 @@ def export(config: Namespace) -> None:
     whole beside its earlier one, and all are moved in once all are written: a failure or a stop changes no file (a
     folder made for them stays)."""
     model, data, _ = load_checkpoint(config.ckpt_path)
-    shape, dynamic = model.hparams.input_shape, ({0: torch.export.Dim("batch")},)  # the input by position
-    program = torch.export.export(model.net.eval(), (torch.zeros(2, *shape),), dynamic_shapes=dynamic)
-    spec = {  # (float32 in and out, as the docstring says)
-        "input": {"name": "images", "shape": ["batch", *shape]},
-        "output": {"name": "logits", "shape": ["batch", model.hparams.num_classes]},
-    }
+    if not isinstance(example := model.example_input_array, torch.Tensor):
+        raise UserError(f"{type(model).__name__} has no example_input_array, a batch of its inputs: give it one.")
+    dynamic = ({0: torch.export.Dim("batch")},)  # the input by position, whatever forward calls it
+    program = torch.export.export(model.eval(), (example,), dynamic_shapes=dynamic)
+    shapes = {"input": example.shape, "output": program.module()(example).shape}
+    spec = {name: {"name": name, "shape": ["batch", *shape[1:]]} for name, shape in shapes.items()}
     files = {"preprocessing.json": json_text(spec | getattr(data, "preprocessing", dict)()).encode()}
     if "pt2" in config.formats:
         torch.export.save(program, buffer := io.BytesIO())
         files["model.pt2"] = buffer.getvalue()
     if "onnx" in config.formats:  # verbose=False: else torch prints each step of the conversion
-        onnx = torch.onnx.export(program, input_names=["images"], output_names=["logits"], verbose=False)
+        onnx = torch.onnx.export(program, input_names=["input"], output_names=["output"], verbose=False)
         files["model.onnx"] = onnx.model_proto.SerializeToString()
     output_dir = config.output_dir or Path(config.ckpt_path).parent / "exports"
-    lock(output_dir)  # a folder that cannot be written, or one (or inside one) that a command is writing: refused
-    with ExitStack() as stack:
+    # A folder that cannot be written, or one (or inside one) that a command is writing: refused.
+    with locked(output_dir), ExitStack() as stack:
         for name, content in files.items():
             stack.enter_context(replaced(output_dir / name)).write(content)
     for name in files:

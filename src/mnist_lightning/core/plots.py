@@ -18,10 +18,12 @@ def save_plots(history: list[dict], confusion: torch.Tensor | list | None, outpu
     import matplotlib.pyplot as plt
     from torchmetrics.classification import MulticlassConfusionMatrix
 
-    panels = {"Loss": ["train/loss", "val/loss"], "Accuracy": ["val/acc"]}
-    figure, axes = plt.subplots(1, len(panels), figsize=(10, 4), layout="constrained")
+    panels = {}  # a panel per kind of metric the model logged: train/loss and val/loss together
+    for name in dict.fromkeys(key for row in history for key in row if key not in ("epoch", "seconds")):
+        panels.setdefault(name.rpartition("/")[2], []).append(name)
+    figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(10, 4), layout="constrained", squeeze=False)
     figures, epochs = {"curves.png": figure}, [row["epoch"] + 1 for row in history]
-    for ax, (title, keys) in zip(axes, panels.items(), strict=True):
+    for ax, (title, keys) in zip(axes[0], panels.items(), strict=False):  # (an empty panel without metrics)
         for key in keys:
             ax.plot(epochs, [row.get(key) for row in history], marker="o", label=key)
         ax.set(title=title, xlabel="epoch")

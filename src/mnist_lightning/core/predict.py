@@ -1,74 +1,76 @@
-"""Predict with a trained checkpoint on files (which its data module's read_file reads) or, given none, on its
-predict_dataloader. One row per input: its class and that class's probability, or "skipped" with the reason; as CSV
-on stdout, or written whole to --output (as JSON if its name ends in .json)."""
+"""Predict with a trained checkpoint: Lightning's predict loop over its data module's predict_dataloader, a CSV row
+per sample with the columns its LightningModule's predict_step returns, on stdout or written whole to --output."""
 
 import csv
 import io
-import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from torch.utils.data import DataLoader
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader  # only with_digit_photos
 
-from .cli import USER_ERRORS, Parser
-from .errors import UserError, run_main
-from .evaluate import CheckpointOptions, load_with_overrides
-from .records import json_text, replaced
+from .checkpoints import CheckpointOptions, load_with_overrides
+from .checks import no_batch
+from .cli import Parser
+from .errors import run_main
+from .predict_files import read_inputs  # only with_digit_photos
+from .records import replaced
+
+
+class Rows(BasePredictionWriter):
+    """predict_step's output as CSV rows, written as each batch is predicted (the predict set is never held whole):
+    a dict of per-sample values, a column each, or a tensor, the column ``prediction``. The first column names each
+    sample's input (``names``, else its place in the predict_dataloader)."""
+
+    def __init__(self, write, names: list[str] | None = None) -> None:
+        super().__init__("batch")
+        self.write, self.names, self.count = write, names, 0
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
+        columns = prediction if isinstance(prediction, dict) else {"prediction": prediction}
+        values = [value.tolist() if isinstance(value, torch.Tensor) else value for value in columns.values()]
+        writer = csv.writer(text := io.StringIO(), lineterminator="\n")
+        if not self.count:
+            writer.writerow(["input", *columns])
+        for row in zip(*values, strict=True):
+            writer.writerow([self.names[self.count] if self.names else f"predict_dataloader[{self.count}]", *row])
+            self.count += 1
+        self.write(text.getvalue())
 
 
 def build_parser() -> Parser:
     parser = Parser(description=__doc__, exit_on_error=False)
     parser.add_class_arguments(CheckpointOptions)
+    # with_digit_photos:
     parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: its predict_dataloader.")
-    parser.add_argument("--output", type=Path | None, default=None, help="A file; unset: CSV on stdout.")
+    # end with_digit_photos
+    parser.add_argument("--output", type=Path | None, default=None, help="A CSV file; unset: CSV on stdout.")
     return parser
 
 
 def predict(config: Namespace) -> None:
-    """An input that cannot be read, or gives samples the model cannot take, is skipped with the reason; the rest
-    still count."""
     model, data, _ = load_with_overrides(config)
-    if config.inputs and not hasattr(data, "read_file"):
-        name = type(data).__name__
-        raise UserError(f"{name} reads no files (it has no read_file): predict without inputs, or add read_file to it.")
-    can_read, paths = getattr(data, "can_read", lambda path: True), []
-    for entry in map(Path, config.inputs):  # a folder with no file to read is read itself: its row says why it failed
-        paths += sorted(path for path in entry.glob("*") if path.is_file() and can_read(path)) or [entry]
-    if not paths:  # read here: Trainer.predict re-creates a data module's DataLoader, which not all allow
-        data.prepare_data()  # Lightning's place for a download or a generated file
-        data.setup("predict")
-        batches = [batch[0] if isinstance(batch, list | tuple) else batch for batch in data.predict_dataloader()]
-    rows, samples, shape = [], [], tuple(model.hparams.input_shape)
-    for name in paths or ["predict_dataloader"]:
-        try:
-            got = data.read_file(name) if paths else torch.cat(batches)
-            if got.shape[1:] != shape:  # (what has no shape is skipped too)
-                raise ValueError(
-                    f"read as a batch of shape {tuple(got.shape)}, where the model takes samples of shape {shape}"
-                )
-        except Exception as error:  # one bad file (of any kind of damage) must not cost the others
-            note = str(error).strip()
-            rows.append({"input": str(name), "status": "skipped", "prediction": None, "confidence": None, "note": note})
-            print(f"Skipped {name}: {note}.", file=sys.stderr)
-        else:
-            rows += [{"input": f"{name}[{i}]" if len(got) > 1 else str(name), "status": "ok"} for i in range(len(got))]
-            samples.append(got)
-    if not samples:
-        raise UserError(f"No input could be read: pass files that {type(data).__name__}.read_file() reads, or none.")
-    trainer = Trainer(accelerator=config.accelerator, devices=1, logger=False, enable_progress_bar=False)
-    scores = torch.cat(trainer.predict(model, DataLoader(torch.cat(samples), data.hparams.batch_size)))
-    for row, probabilities in zip([row for row in rows if row["status"] == "ok"], scores, strict=True):
-        row |= {"prediction": probabilities.argmax().item(), "confidence": probabilities.max().item(), "note": None}
-    writer = csv.DictWriter(text := io.StringIO(), rows[0].keys(), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    if output := config.output:
-        with replaced(output) as file:  # whole or not at all, even if stopped
-            file.write((json_text({"predictions": rows}) if output.suffix == ".json" else text.getvalue()).encode())
-    print(f"Wrote {len(rows)} rows to {output}\n" if output else text.getvalue(), end="")
+    with ExitStack() as stack:
+        file = config.output and stack.enter_context(replaced(config.output))  # whole or not at all, even if stopped
+        rows = Rows(lambda text: file.write(text.encode()) if file else print(text, end="", flush=True))
+        trainer = Trainer(
+            accelerator=config.accelerator, devices=1, logger=False, enable_progress_bar=False, callbacks=[rows]
+        )
+        what = {"datamodule": data}  # its predict_dataloader
+        # with_digit_photos:
+        if config.inputs:  # files its data module reads, each row named by its file
+            rows.names, samples = read_inputs(data, config.inputs, model.example_input_array.shape[1:])
+            what = {"dataloaders": DataLoader(samples, data.hparams.batch_size)}
+        # end with_digit_photos
+        trainer.predict(model, **what, return_predictions=False)
+        if not rows.count:
+            raise no_batch(trainer, "predict")
+    if file:
+        print(f"Wrote {rows.count} rows to {config.output}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: predict(build_parser().parse_args(argv)), USER_ERRORS, exiting=argv is None)
+    return run_main(lambda: predict(build_parser().parse_args(argv)), exiting=argv is None)

@@ -1,5 +1,5 @@
 """Workarounds for the library versions this template supports, each with why it is here and when it can go;
-applied by :func:`mnist_lightning.core.errors.run_main`, which every entry point goes through, and by train.py."""
+applied by :func:`mnist_lightning.core.errors.run_main`, which every entry point goes through."""
 
 import logging
 import warnings
@@ -21,21 +21,18 @@ def apply_workarounds() -> None:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero", CPP_EXTENSION):
         logging.getLogger(name).addFilter(not_noise)  # once: addFilter skips a filter that is already there
-
-
-def sigterm_to_stop_together() -> None:
-    """Under DDP, Lightning 2.6's SIGTERM handler broadcasts from within the handler (its PR #20825; run again by a
-    second SIGTERM, or by the signal Lightning passes on to the other processes, it waits forever for a broadcast
-    no other process makes), and each process then stops after its own batch, leaving the others waiting for it
-    in their next collective (Lightning issue #20806). Here the handler only notes the signal, and under DDP leaves
-    it to train.py's, which notes it for callbacks.StopTogether: every process stops after the same batch. Can go
-    once Lightning does that."""
     from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 
-    _SignalConnector._sigterm_notifier_fn = _note_sigterm
+    _SignalConnector._sigterm_notifier_fn = note_sigterm
 
 
-def _note_sigterm(connector, signum, frame):
+def note_sigterm(connector, signum, frame):
+    """Lightning 2.6's SIGTERM handler, under DDP, broadcasts from within the handler (its PR #20825; run again by a
+    second SIGTERM, or by the signal Lightning passes on to the other processes, it waits forever for a broadcast no
+    other process makes), and each process then stops after its own batch, leaving the others waiting for it in their
+    next collective (Lightning issue #20806). Here it only notes the signal, for one process; under DDP it leaves it
+    to the handler it calls next, callbacks.StopTogether's: every process stops after the same batch. Can go once
+    Lightning does that."""
     if connector.trainer.world_size == 1:
         connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
