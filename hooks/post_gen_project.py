@@ -24,6 +24,7 @@ OPTIONAL_PATHS = {
     ],
     "with_digit_photos": [
         "src/{package}/digit_files.py",
+        "src/{package}/core/predict_files.py",
         "src/{package}/preprocessing.py",
         "tests/test_preprocessing.py",
         "tests/test_predict_photos.py",

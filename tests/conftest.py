@@ -1,4 +1,5 @@
-"""Fixtures: a small MNIST look-alike in torchvision's layout, real MNIST when available; GPU tests skip."""
+"""Fixtures: the tests' own task (the machinery's tests run on it), a small MNIST look-alike in torchvision's layout
+and real MNIST when available (for the example's tests); GPU tests skip."""
 
 import os
 import shutil
@@ -8,6 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import write_fake_mnist
+
+from mnist_lightning.core import classes
+from mnist_lightning.core.cli import build_parser
+
+TASK = {"TEST_MODEL": "tasks.Classify", "TEST_DATA_MODULE": "own_data.Points"}  # see tests/command.py
 
 
 def pytest_configure(config):
@@ -25,6 +31,24 @@ def signal_handlers():
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture
+def task(monkeypatch):
+    """core/ given the tests' own LightningModule and default data module (classes.MODEL and DATA_MODULE), as a
+    project names its own: ``tasks.Classify`` on ``own_data.Points``, unless the test calls ``task(model, data)``.
+    A command started as a process gets them through tests/command.py, from the environment."""
+
+    def use(model: str = TASK["TEST_MODEL"], data: str = TASK["TEST_DATA_MODULE"]) -> None:
+        monkeypatch.setattr(classes, "MODEL", model)
+        monkeypatch.setattr(classes, "DATA_MODULE", data)
+        monkeypatch.setenv("TEST_MODEL", model)
+        monkeypatch.setenv("TEST_DATA_MODULE", data)
+        build_parser.cache_clear()  # built for the classes named
+
+    use()
+    yield use
+    build_parser.cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,9 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from pydantic import PositiveInt
 
-from . import checkpoints, checks, devices, workarounds
+from . import checkpoints, checks, classes, devices, workarounds
 from .callbacks import EpochHistory, StopTogether, progress_display
-from .classes import DATA_MODULE, MODEL, model_class
+from .classes import model_class
 from .errors import UserError
 from .records import RUN_RECORD, replaced
 from .resume import fingerprint, resumed_record
@@ -101,7 +101,7 @@ def build_parser() -> ArgumentParser:
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
-    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": DATA_MODULE})
+    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": classes.DATA_MODULE})
     return parser
 
 
@@ -160,7 +160,7 @@ def build(config: Namespace, run: Run) -> Training:
     # its import path): load_from_checkpoint rebuilds any model and data module, with no pickled code.
     instantiator = {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
     chosen = arguments_of(model_type, yaml.safe_load(record_text))
-    model.save_hyperparameters({**model.hparams, **chosen, "_class_path": MODEL, **instantiator})
+    model.save_hyperparameters({**model.hparams, **chosen, "_class_path": classes.MODEL, **instantiator})
     data = config.as_dict()["data"]  # with the linked batch_size, which the record keeps as --batch_size only
     datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
