@@ -26,11 +26,13 @@ class Options:
         devices: How many devices (or which: [0, 1]).
         precision: e.g. 32-true, bf16-mixed, 16-mixed.
         output_dir: The new run folder (default: a new folder under runs/).
+        limit_test_batches: Test batches (default: all); a whole number is that many, a fraction that share.
     """
 
     devices: int | str = 1
     precision: str | None = None
     output_dir: str | None = None
+    limit_test_batches: int | float | None = None
 
 
 def build_parser() -> Parser:
@@ -46,7 +48,7 @@ def evaluate(config: Namespace) -> None:
     # The processes Lightning starts for --devices N run this command again: only the first has a folder and writes.
     with new_run(config.output_dir) if rank_zero_only.rank == 0 else nullcontext() as run_dir:
         with lightning_notes_ignored():  # a progress bar in a terminal, none in a file or a pipe
-            settings = {key: config[key] for key in ("accelerator", "devices", "precision")}
+            settings = {key: config[key] for key in ("accelerator", "devices", "precision", "limit_test_batches")}
             trainer = Trainer(logger=False, callbacks=[progress_display(), FirstBatchCheck()], **settings)
             results = trainer.test(model, datamodule=datamodule, verbose=False)
         check_tested(trainer)

@@ -48,6 +48,7 @@ def build_parser() -> Parser:
     parser.add_argument("inputs", type=str, nargs="*", help="Files or folders; none: its predict_dataloader.")
     # end with_digit_photos
     parser.add_argument("--output", type=Path | None, default=None, help="A CSV file; unset: CSV on stdout.")
+    parser.add_argument("--limit_predict_batches", type=int | float | None, help="Batches (default: all).")
     return parser
 
 
@@ -56,9 +57,8 @@ def predict(config: Namespace) -> None:
     with ExitStack() as stack:
         file = config.output and stack.enter_context(replaced(config.output))  # whole or not at all, even if stopped
         rows = Rows(lambda text: file.write(text.encode()) if file else print(text, end="", flush=True))
-        trainer = Trainer(
-            accelerator=config.accelerator, devices=1, logger=False, enable_progress_bar=False, callbacks=[rows]
-        )
+        settings = {"accelerator": config.accelerator, "limit_predict_batches": config.limit_predict_batches}
+        trainer = Trainer(devices=1, logger=False, enable_progress_bar=False, callbacks=[rows], **settings)
         what = {"datamodule": data}  # its predict_dataloader
         # with_digit_photos:
         if config.inputs:  # files its data module reads, each row named by its file
