@@ -3,6 +3,7 @@ datasets, the sizes it gives the model and the files it reads for predict.py."""
 
 import os
 
+import example
 import pytest
 import torch
 import torchvision
@@ -17,6 +18,8 @@ from torchvision.datasets import MNIST
 from mnist_lightning.core.cli import build_parser
 from mnist_lightning.datamodule import DATASETS, MNISTDataModule
 from mnist_lightning.in_memory import normalize
+
+pytestmark = example.data
 
 
 def make_datamodule(root, **kwargs) -> MNISTDataModule:
@@ -178,8 +181,8 @@ def test_prepare_data_checks_the_files_and_leaves_the_datasets_to_setup(fake_mni
 
 
 def test_the_files_are_read_once_a_process_until_one_changes(tmp_path, monkeypatch):
-    """train.py calls prepare_data, then Lightning prepare_data and setup for the fit and again for the test: one
-    reading serves them all, and a file changed since is read (and checked) again."""
+    """Lightning calls prepare_data and setup for the fit and again for the test (and evaluate and predict load the
+    data module again): one reading serves them all, and a file changed since is read (and checked) again."""
     reads, read = [], torchvision.datasets.mnist.read_image_file
     monkeypatch.setattr(torchvision.datasets.mnist, "read_image_file", lambda path: reads.append(path) or read(path))
     datamodule = MNISTDataModule(data_dir=str(write_fake_mnist(tmp_path)), val_size=FAKE_VAL)

@@ -3,7 +3,9 @@ it does not check (images and labels that do not match) is checked here. A mista
 MisconfigurationException, which the entry points print as the errors of settings."""
 
 import functools
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -42,9 +44,12 @@ def read_mnist(datamodule):
 @functools.lru_cache(maxsize=1)
 def parse(dataset, data_dir, files):
     """The two sets as torchvision parses them, checked; ``files``: the files' times, so that changed files are read."""
-    sets = [
-        (split.data, split.targets) for split in (dataset(data_dir, train, download=True) for train in (True, False))
-    ]
+    raw = Path(data_dir, dataset.__name__, "raw")
+    with tempfile.TemporaryDirectory() as copy:
+        if raw.is_dir() and not os.access(raw, os.W_OK):  # (a shared dataset folder) torchvision extracts the archives
+            data_dir = shutil.copytree(raw, Path(copy, dataset.__name__, "raw")).parents[1]  # in a copy: read-only here
+        splits = [dataset(data_dir, train, download=True) for train in (True, False)]
+    sets = [(split.data, split.targets) for split in splits]
     for images, labels in sets:  # what torchvision does not check: as many labels as images, of its classes
         if len(images) != len(labels) or labels.max() >= len(dataset.classes):
             raise ValueError(f"{list(images.shape)} images, {len(labels)} labels up to {int(labels.max())}")

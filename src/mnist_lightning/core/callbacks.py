@@ -104,7 +104,7 @@ class EpochHistory(FirstBatchCheck):
         kind, keys, *rest = np.random.get_state()  # its key as a list of ints, which set_state takes back
         states = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": [kind, keys.tolist(), *rest]}
         states["cuda"] = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
-        checkpoint |= {"record": self.record, "random_states": states}
+        checkpoint |= {"record": self.record, "world_size": trainer.world_size, "random_states": states}
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         states = checkpoint["random_states"]

@@ -97,9 +97,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{problem}. Restore it from a copy, or pass another .ckpt of a run.") from error
 
 
-def load_weights(model: LightningModule, path: str | Path) -> None:
-    """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress. A
-    resumed run's own weights are tried here too, so a network whose code changed is named before Lightning loads."""
+def load_weights(model: LightningModule, path: str | Path) -> dict[str, Any]:
+    """Start ``model`` from a checkpoint's weights (fine-tuning), without its optimizer, schedule or progress; the
+    checkpoint's contents. A resumed run's own weights are tried here too, so a network whose code changed is named
+    before Lightning loads them."""
     contents = read_checkpoint(path)
     try:
         model.load_state_dict(contents["state_dict"])
@@ -111,6 +112,7 @@ def load_weights(model: LightningModule, path: str | Path) -> None:
         other = f"{path} holds the weights of another network than this run's {type(model).__name__} has"
         raise UserError(f"{other}. Pass the options and --data it was trained with: {trained}.") from error
     refuse_non_finite(model, path)
+    return contents
 
 
 def refuse_non_finite(model: LightningModule, path: str | Path) -> None:

@@ -4,12 +4,14 @@ a class path, their arguments as ``--net.NAME``. Each run records its resolved c
 """
 
 import inspect
+import os
 import signal
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -22,12 +24,11 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from pydantic import PositiveInt
 
-from . import checkpoints, checks, classes, devices, workarounds
+from . import checkpoints, checks, classes, devices, resume, workarounds
 from .callbacks import EpochHistory, StopTogether, progress_display
 from .classes import model_class
 from .errors import UserError
 from .records import RUN_RECORD, replaced
-from .resume import fingerprint, resumed_record
 from .runs import Run
 
 # Trainer settings this template changes from Lightning's defaults (the rest are Lightning's own).
@@ -87,7 +88,7 @@ class Parser(ArgumentParser):
 @cache  # one parser per process: parsing, building the classes and saving the record share it
 def build_parser() -> ArgumentParser:
     set_loader("yaml", checks.load_yaml, exceptions=(yaml.YAMLError,))  # config files: duplicate keys refused
-    parser = Parser(prog="train.py", description="Train a network, then test its best checkpoint.", exit_on_error=False)
+    parser = Parser(description="Train a network, then test its best checkpoint.", exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
     parser.add_class_arguments(Options, None, instantiate=False)
     # Its arguments without a default are the data module's to give, not options (build).
@@ -110,15 +111,26 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     from the run's own record."""
     argv = sys.argv[1:] if argv is None else argv
     # Read before parsing, argument by argument: a --data.batch_size jsonargparse would drop for the linked
-    # --batch_size, and a typed --ckpt_path last, which resumes from the run's record with only the flags resume.py's
-    # own parser takes.
+    # --batch_size, and the run folder and --ckpt_path, which decide whether this is a resume.
     if any(arg.partition("=")[0] == "--data.batch_size" for arg in argv):
         raise UserError(checks.batch_size_refused("--data.batch_size"))
     given = dict([*pairwise(argv), *(arg.split("=", 1) for arg in argv if "=" in arg)])  # --flag VALUE, --flag=VALUE
-    resuming = given.get("--ckpt_path") == "last"
-    config = build_parser().parse_args(["--config", str(resumed_record(argv)), *argv] if resuming else argv)
-    if config.ckpt_path == "last" and not resuming:
-        raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
+    run_dir = given.get("--output_dir")
+    # A SLURM job that was requeued (scontrol requeue, Lightning's answer to SIGUSR1) runs its own command again.
+    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") != "0" and "--ckpt_path" not in given
+    if requeued and run_dir and (Path(run_dir) / RUN_RECORD).is_file():  # it goes on with its run
+        argv, given["--ckpt_path"] = [*argv, "--ckpt_path", "last"], "last"
+    parser = build_parser()
+    if given.get("--ckpt_path") != "last":
+        config = parser.parse_args(argv)
+        if config.ckpt_path == "last":
+            raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
+    elif not run_dir:
+        raise UserError("A resume names the run's folder: --output_dir RUN --ckpt_path last.")
+    else:  # the run's own record, and from the command line what a resume may change
+        record = resume.resumed_record(Path(run_dir))
+        config = parser.parse_args(["--config", str(record), *argv])
+        resume.refuse_changes(yaml.safe_load(parser.dump(config, skip_none=False)), record)
     devices.check_gpu(config.accelerator)
     checks.check_launched(config.num_nodes)
     return config
@@ -151,7 +163,7 @@ def build(config: Namespace, run: Run) -> Training:
     )
     checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
     if start := run.resume_from or run.weights:  # a new run from weights has its own optimizer and schedule
-        checkpoints.load_weights(model, start)  # resuming: refused now if they no longer fit; Lightning loads them
+        trained = checkpoints.load_weights(model, start)  # resuming: refused now if they no longer fit; Lightning loads
     # Where a run lives is not part of what it is, nor is how long one invocation may train: a --max_time kept here
     # would stop every later resume at once (Lightning's Timer counts the earlier segments' time).
     record = config.clone().update(Namespace(output_dir=None, max_time=None, ckpt_path=run.weights))
@@ -165,7 +177,7 @@ def build(config: Namespace, run: Run) -> Training:
     datamodule.save_hyperparameters({**data["init_args"], "_class_path": data["class_path"], **instantiator})
 
     given = built.callbacks or []  # one callback or a list, as Lightning takes them
-    callbacks = [*(given if isinstance(given, list) else [given]), EpochHistory(fingerprint(record_text))]
+    callbacks = [*(given if isinstance(given, list) else [given]), EpochHistory(resume.fingerprint(record_text))]
     # Checked at epoch ends: Lightning's check after every batch ends the epoch where it is, as if complete (a
     # resumed run would skip the rest of it).
     if built.max_time:
@@ -185,6 +197,8 @@ def build(config: Namespace, run: Run) -> Training:
     built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run.dir))
     with workarounds.lightning_notes_ignored():
         trainer = Trainer(**arguments_of(Trainer, built))
+    if run.resume_from:
+        resume.check_processes(trained, trainer.world_size)
     if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's default, not a --plugins one
         trainer.strategy.checkpoint_io = checkpoints.AtomicCheckpointIO()
     if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
 
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_utilities.core.rank_zero import rank_zero_only
@@ -96,18 +97,25 @@ def run_main(command: Callable[[], object], exiting: bool = False) -> int:
     apply_workarounds()
     if hasattr(sys.stdout, "reconfigure"):  # (a notebook's output has none) File names need not be UTF-8 text:
         sys.stdout.reconfigure(errors="backslashreplace")  # one printed in a UTF-8 locale is not a failure
-    sigterms = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
+    stops = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
     def on_sigterm(signum, frame):
-        sigterms.append(signum)
+        stops.append(signal.Signals(signum).name)
         # During a fit, Lightning's handler replaces this one and calls it after noting the signal: the fit stops
         # after its batch (workarounds.note_sigterm).
-        if len(sigterms) == 1 and signal.getsignal(signal.SIGTERM) is on_sigterm:
+        if stops.count("SIGTERM") == 1 and signal.getsignal(signal.SIGTERM) is on_sigterm:
             sys.exit(TERMINATED)
 
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    def on_sigusr1(signum, frame):  # a scheduler's notice that the job ends soon: a stop, as SIGTERM's
+        stops.append(signal.Signals(signum).name)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     if handlers[signal.SIGTERM] == signal.SIG_DFL:  # not over a handler of the caller's
         signal.signal(signal.SIGTERM, on_sigterm)
+    # SLURM's: Lightning requeues the job on it (its own handler, which one of ours would keep out).
+    if handlers[signal.SIGUSR1] == signal.SIG_DFL and not SLURMEnvironment.detect():
+        signal.signal(signal.SIGUSR1, on_sigusr1)
     try:
         command()
         for signum in handlers:  # done, its results written: a stop now would only report a failure that is not one
@@ -120,7 +128,7 @@ def run_main(command: Callable[[], object], exiting: bool = False) -> int:
                 raise
             end_process_group()
         if rank_zero_only.rank == 0:  # only a distributed run's first process reports
-            said = "Interrupted" if ctrl_c else "Stopped by SIGTERM"
+            said = "Interrupted" if ctrl_c else f"Stopped by {stops[0] if stops else 'SIGTERM'}"
             kept = getattr(stop, "kept", "")
             print(f"\n{said}: {kept}" if kept else f"\n{said}.", file=sys.stderr)
         return INTERRUPTED if ctrl_c else TERMINATED

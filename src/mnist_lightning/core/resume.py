@@ -1,21 +1,21 @@
 """Resuming a run: ``train.py --output_dir RUN --ckpt_path last`` goes on from RUN's last.ckpt with the options of
-RUN's config.yaml. Its own parser takes only what may change between a run's segments, so any other flag is refused
-as unknown; and every checkpoint keeps a fingerprint of the record it was trained with, so a record edited, cut short
-or damaged since is refused before anything is written."""
+RUN's config.yaml. What may change between a run's segments (RESUMABLE) may be given anew; any other option may be
+given with its recorded value (the run's own command with ``--ckpt_path last`` added resumes it), and one that would
+change what the run is is refused. Every checkpoint keeps a fingerprint of the record it was trained with and the
+number of processes it was trained in, so a record edited, damaged or written by another version of the template,
+or a resume whose batches would be split otherwise, is refused before anything is written."""
 
 import hashlib
-import inspect
 import json
+import os
 import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from jsonargparse import ArgumentParser
-from lightning.pytorch import Trainer
 
 from .checkpoints import completed_epochs, read_checkpoint
 from .errors import UserError
@@ -27,35 +27,57 @@ RESUMABLE_TRAINER |= {"enable_progress_bar", "enable_model_summary", "limit_test
 RESUMABLE = RESUMABLE_TRAINER | {"data.init_args.data_dir", "data.init_args.num_workers", "output_dir"}
 
 
-def build_resume_parser() -> ArgumentParser:
-    about = "Resume the run in --output_dir from its last.ckpt and config.yaml; only these options may change."
-    parser = ArgumentParser(prog="train.py", description=about, exit_on_error=False, allow_abbrev=False)
-    parser.add_argument("--output_dir", type=str, required=True, help="The folder of the run to resume.")
-    parser.add_argument("--ckpt_path", type=Literal["last"], required=True, help="last: the run's last.ckpt.")
-    parser.add_argument("--data.data_dir", type=str, help="Where the data is now.")
-    parser.add_argument("--data.num_workers", type=int, help="DataLoader worker processes.")
-    others = set(inspect.signature(Trainer).parameters) - RESUMABLE_TRAINER
-    parser.add_class_arguments(Trainer, None, instantiate=False, skip=others)
-    return parser
-
-
-def resumed_record(argv: list[str]) -> Path:
-    """The record of the run that ``argv`` resumes, refusing any flag a resume may not change and a record that is not
-    the one its last.ckpt was trained with."""
-    run_dir = Path(build_resume_parser().parse_args(argv).output_dir)
+def resumed_record(run_dir: Path) -> Path:
+    """The record of the run in ``run_dir``, refused if it is not the one its last.ckpt was trained with."""
     record, last = run_dir / RUN_RECORD, run_dir / "checkpoints" / "last.ckpt"
     text = record.read_text(errors="replace") if record.is_file() else ""
     if last.is_file():
-        if fingerprint(text) != read_checkpoint(last).get("record"):
+        if (trained := read_checkpoint(last).get("record")) != fingerprint(text):
+            cause = (
+                "it was made by an earlier version of this template, whose checkpoints keep no fingerprint of it"
+                if trained is None
+                else "it was deleted, edited or damaged since, or written by another version of this template"
+            )
+            ways = "resume it with the version that made it, or start a new run from its weights"
             raise UserError(
-                f"{record} is not the record {last} was trained with (deleted, edited or damaged since): "
-                "restore it from a copy of the run."
+                f"{record} is not the record {last} was trained with: {cause}. Restore it, {ways}: "
+                f"{command()} --ckpt_path {last}"
             )
     elif any(last.parent.glob("*.ckpt")):
         raise UserError(f"{last} is gone: test (evaluate.py) or fine-tune (--ckpt_path) its other checkpoints.")
     elif not text or (run_dir / "metrics.json").is_file():  # else killed before its first checkpoint: started over
         raise UserError(f"{run_dir} holds no run to resume: run its own command again, without --ckpt_path last.")
     return record
+
+
+def refuse_changes(options: dict, record: Path) -> None:
+    """A resume whose options (``options``: the record with the command line's over it) would change what the run
+    is: refused, naming each option changed with its recorded and its given value."""
+    recorded = dict(flat(yaml.safe_load(record.read_text())))
+    changed = [
+        f"--{key.replace('.init_args', '')} from {recorded[key]!r} to {value!r}"
+        for key, value in flat(options)
+        if key not in {*RESUMABLE, "ckpt_path"} and key in recorded and value != recorded[key]
+    ]
+    if changed:
+        may = ", ".join(f"--{key.replace('.init_args', '')}" for key in sorted(RESUMABLE))
+        last = record.parent / "checkpoints" / "last.ckpt"
+        raise UserError(
+            f"A resume cannot change {'; '.join(changed)}: that would make the run a mix of two. It may change {may}."
+            f" To train with other options, start a new run from its weights: {command()} --ckpt_path {last}"
+        )
+
+
+def check_processes(trained: dict[str, Any], world_size: int) -> None:
+    """A resume in as many processes as the run (--devices times --num_nodes): in another number, each epoch would
+    have another number of steps, and the run's schedule and step counts (kept in steps) would no longer fit it."""
+    if (before := trained.get("world_size", world_size)) != world_size:
+        raise UserError(
+            f"The run was trained in {before} process(es) (--devices times --num_nodes), this resume would run "
+            f"{world_size}: its epochs would have another number of steps, which its learning-rate schedule and step "
+            f"counts do not follow. Resume with --devices and --num_nodes that make {before}, or start a new run from "
+            "its weights with --ckpt_path."
+        )
 
 
 def fingerprint(record_text: str) -> str | None:
@@ -82,7 +104,19 @@ def refuse_finished_run(run_dir: Path, max_epochs: int | None) -> None:
         raise UserError(f"{run_dir} has already finished {done} epochs: train it longer with `{longer}`.")
 
 
+def command() -> str:
+    """This command as the user ran it, for a shell: an installed command by its name, else the train.py it was started
+    as (scripts/train.py from elsewhere, a notebook say), and the PYTHONPATH its modules were found on."""
+    if (program := sys.argv[0]).endswith("train.py"):
+        words = ["python", program]
+    elif Path(program).name == "mnist-lightning-train":  # the console command that installing the project makes
+        words = [Path(program).name]
+    else:  # (a notebook, say)
+        words = ["python", "scripts/train.py"]
+    path = os.environ.get("PYTHONPATH")
+    return shlex.join(words) if not path else f"PYTHONPATH={shlex.quote(path)} {shlex.join(words)}"
+
+
 def resume_hint(run_dir: Path) -> str:
-    """The command that resumes this run, for a shell: the train.py this one was started as."""
-    script = sys.argv[0] if sys.argv[0].endswith("train.py") else "scripts/train.py"
-    return shlex.join(["python", script, "--output_dir", str(run_dir.resolve()), "--ckpt_path", "last"])
+    """The command that resumes this run."""
+    return f"{command()} {shlex.join(['--output_dir', str(run_dir.resolve()), '--ckpt_path', 'last'])}"

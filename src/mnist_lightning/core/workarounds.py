@@ -6,20 +6,24 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-CPP_EXTENSION = "torch.utils.cpp_extension"  # a logger's filters see its own records, not its children's
+# The loggers not_noise filters: a logger's filters see its own records, not its children's.
+NOISY = ["lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero", "torch.utils.cpp_extension"]
+NOISY += ["lightning.pytorch.trainer.connectors.checkpoint_connector"]
 
 
 def not_noise(record: logging.LogRecord) -> bool:
     """Log lines dropped by their start (each can go once its library drops it): Lightning 2.6's advertisement ("💡
     Tip: ... litlogger") in every run, and its advice to set what --float32_matmul_precision sets and records; torch
-    2.14's and 2.15's "No CUDA runtime is found" as --compile loads its C++ helpers with a CUDA toolkit and no GPU."""
-    return not record.getMessage().startswith(("💡 Tip:", "You are using a CUDA device", "No CUDA runtime is found"))
+    2.14's and 2.15's "No CUDA runtime is found" as --compile loads its C++ helpers with a CUDA toolkit and no GPU;
+    Lightning's "`weights_only` was not set" as it saves a whole checkpoint for SLURM's requeue (a save, not a load)."""
+    noise = ("💡 Tip:", "You are using a CUDA device", "No CUDA runtime is found", "`weights_only` was not set")
+    return not record.getMessage().startswith(noise)
 
 
 def apply_workarounds() -> None:
     # Lightning 2.6 calls a torch API that torch >= 2.13 deprecates; gone once it updates its utilities/_pytree.py.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero", CPP_EXTENSION):
+    for name in NOISY:
         logging.getLogger(name).addFilter(not_noise)  # once: addFilter skips a filter that is already there
     from lightning.pytorch.trainer.connectors.signal_connector import _SignalConnector
 
