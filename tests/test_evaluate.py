@@ -1,7 +1,6 @@
 """evaluate.py: a checkpoint tested again, anywhere, with the same result as at the end of training, on the tests' own
 tasks (conftest.py's ``task``): whatever the LightningModule logs in its test is what evaluate.py reports."""
 
-import contextlib
 import json
 import os
 import signal
@@ -11,38 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import one_line
+from helpers import QUICK, one_line, own_task
 
-from mnist_lightning.core import classes
-from mnist_lightning.core.cli import build_parser
 from mnist_lightning.core.evaluate import main
 from mnist_lightning.core.predict import main as predict_main
 from mnist_lightning.core.train import main as train_main
-
-TASK_RUN = ["--max_epochs", "2", "--batch_size", "64", "--enable_progress_bar", "false"]
-
-
-@contextlib.contextmanager
-def the_task(model: str = "tasks.Classify", data: str = "own_data.Points"):
-    """conftest.py's ``task`` for a fixture of a wider scope: core/classes.py names the tests' own task meanwhile."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(classes, "MODEL", model)
-        patch.setattr(classes, "DATA_MODULE", data)
-        patch.setenv("TEST_MODEL", model)
-        patch.setenv("TEST_DATA_MODULE", data)
-        build_parser.cache_clear()
-        try:
-            yield
-        finally:
-            build_parser.cache_clear()
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict:
     """A finished run of tasks.Classify on own_data.Points; its metrics.json."""
     run = tmp_path_factory.mktemp("trained") / "run"
-    with the_task():
-        assert train_main(["--output_dir", str(run), *TASK_RUN]) == 0
+    with own_task():
+        assert train_main(["--output_dir", str(run), *QUICK]) == 0
     return json.loads((run / "metrics.json").read_text())
 
 
@@ -68,7 +48,7 @@ def test_evaluate_reports_what_any_task_logs(task, tmp_path, capsys, model, data
     """No metric is the machinery's: a regression's loss, a multi-label task's F1, as their test logged them."""
     task(model, data)
     run = tmp_path / "run"
-    assert train_main(["--output_dir", str(run), *TASK_RUN]) == 0
+    assert train_main(["--output_dir", str(run), *QUICK]) == 0
     trained = json.loads((run / "metrics.json").read_text())
     capsys.readouterr()
     assert main(["--ckpt_path", trained["best_checkpoint"], "--output_dir", str(tmp_path / "e")]) == 0
@@ -147,7 +127,7 @@ def test_a_bad_data_argument_is_named_not_blamed_on_the_checkpoint(task, trained
 
 def test_a_network_that_cannot_be_imported_is_named(task, tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
-    assert train_main(["--output_dir", str(run), *TASK_RUN, "--net", "helpers.linear_net"]) == 0
+    assert train_main(["--output_dir", str(run), *QUICK, "--net", "helpers.linear_net"]) == 0
     monkeypatch.setitem(sys.modules, "helpers", None)  # as in a shell where the module is not on the path
     assert main(["--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--output_dir", str(tmp_path / "e")]) == 2
     err = one_line(capsys.readouterr().err)
@@ -218,7 +198,7 @@ def test_a_damaged_checkpoint_is_refused_by_every_entry_point(task, trained, tmp
     damaged = make(Path(trained["best_checkpoint"]), tmp_path / "damaged.ckpt")
     flags = ["--ckpt_path", str(damaged)]
     if entry == "train":  # fine-tuning from it
-        flags += TASK_RUN
+        flags += QUICK
     if entry != "predict":
         flags += ["--output_dir", str(tmp_path / "out")]
     assert import_module(f"mnist_lightning.core.{entry}").main(flags) == 2
@@ -295,7 +275,7 @@ def test_a_data_value_that_is_not_finite_is_refused_as_train_refuses_it(
     from importlib import import_module
 
     monkeypatch.chdir(tmp_path)
-    assert train_main([*TASK_RUN, "--output_dir", "bad", "--data.spread", value]) == 2
+    assert train_main([*QUICK, "--output_dir", "bad", "--data.spread", value]) == 2
     assert "spread" in capsys.readouterr().err
     entry_main = import_module(f"mnist_lightning.core.{entry}").main
     assert entry_main(["--ckpt_path", trained["best_checkpoint"], "--data.spread", value]) == 2

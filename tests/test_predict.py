@@ -15,42 +15,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import one_line
+from helpers import QUICK, one_line, own_task
 
-from mnist_lightning.core import classes, export
-from mnist_lightning.core.cli import build_parser
+from mnist_lightning.core import export
 from mnist_lightning.core.predict import main
 from mnist_lightning.core.train import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK_RUN = ["--max_epochs", "2", "--batch_size", "64", "--enable_progress_bar", "false"]
 PREDICT_ROWS = 60  # own_data.Points' predict set: the first tenth of its 600 samples
 
 
-@contextlib.contextmanager
-def the_task(model: str = "tasks.Classify", data: str = "own_data.Points"):
-    """conftest.py's ``task`` for a fixture of a wider scope: core/classes.py names the tests' own task meanwhile."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(classes, "MODEL", model)
-        patch.setattr(classes, "DATA_MODULE", data)
-        patch.setenv("TEST_MODEL", model)
-        patch.setenv("TEST_DATA_MODULE", data)
-        build_parser.cache_clear()
-        try:
-            yield
-        finally:
-            build_parser.cache_clear()
-
-
 def trained_checkpoint(run: Path, *flags: str) -> str:
-    assert train_main(["--output_dir", str(run), *TASK_RUN, *flags]) == 0
+    assert train_main(["--output_dir", str(run), *QUICK, *flags]) == 0
     return json.loads((run / "metrics.json").read_text())["best_checkpoint"]
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> str:
     """The best checkpoint of tasks.Classify trained on own_data.Points."""
-    with the_task():
+    with own_task():
         return trained_checkpoint(tmp_path_factory.mktemp("trained") / "run")
 
 

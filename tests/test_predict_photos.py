@@ -1,5 +1,5 @@
-"""predict.py reads the pictures people have, reports what it cannot read, and agrees with the IDX path; the
-export carries the same preprocessing.
+"""The MNIST example's predict.py on files (the digit-photos option): it reads the pictures people have, skips what it
+cannot read saying why on stderr, and agrees with the IDX path; the export carries the same preprocessing.
 
 With real MNIST (MNIST_DATA_DIR), photo-like pictures of test digits (test_preprocessing.KINDS) are read within
 3 points of the same digits' accuracy in MNIST form (digits drawn with a thin or a medium pen, kind by kind),
@@ -14,21 +14,29 @@ import struct
 import zlib
 from pathlib import Path
 
+import example
 import numpy as np
 import pytest
 import torch
 from helpers import FAKE_TEST, FAKE_VAL, TINY_RUN, one_line, write_idx
 from PIL import Image
-from test_predict import predict, trained_checkpoint
 from test_preprocessing import KINDS, mnist_test_set, pixel_art, scan
 from torchvision.datasets import MNIST
 
 from mnist_lightning.core import export
 from mnist_lightning.core.checkpoints import load_checkpoint
 from mnist_lightning.core.predict import main
+from mnist_lightning.core.train import main as train_main
 from mnist_lightning.datamodule import DATASETS, MNISTDataModule
 from mnist_lightning.digit_files import NothingToPredict, UnreadableFile
 from mnist_lightning.preprocessing import STEPS, to_mnist_digit, to_model_input
+
+pytestmark = [example.data, example.task]
+
+
+def trained_checkpoint(data_dir: Path, run: Path, *flags: str) -> str:
+    assert train_main(["--data.data_dir", str(data_dir), "--output_dir", str(run), *flags]) == 0
+    return json.loads((run / "metrics.json").read_text())["best_checkpoint"]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +47,22 @@ def fake_ckpt(fake_mnist, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def real_ckpt(real_mnist, tmp_path_factory) -> str:
     return trained_checkpoint(real_mnist, tmp_path_factory.mktemp("real") / "run", "--enable_progress_bar", "false")
+
+
+def predict(ckpt: str, *inputs, tmp_path: Path) -> list[dict]:
+    """predict.py's rows for ``inputs``, read back from its CSV output: ``input``, ``prediction`` (an int) and
+    ``confidence`` (a float); a file it skipped has no row."""
+    output = tmp_path / "predictions.csv"
+    assert main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output)]) == 0
+    rows = list(csv.DictReader(output.open()))
+    assert not rows or list(rows[0]) == ["input", "prediction", "confidence"]
+    return [row | {"prediction": int(row["prediction"]), "confidence": float(row["confidence"])} for row in rows]
+
+
+def predictions_of(rows: list[dict], paths: list[Path]) -> list[int | None]:
+    """The prediction for each picture file in ``paths`` (None: skipped, as blank or unreadable)."""
+    by_input = {row["input"]: row["prediction"] for row in rows}
+    return [by_input.get(str(path)) for path in paths]
 
 
 def save_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:
@@ -81,11 +105,14 @@ def test_mnist_form_digits_as_png_get_the_predictions_of_their_idx_file(fake_ckp
     from_idx = predict(fake_ckpt, tmp_path / "digits-idx3-ubyte", tmp_path=tmp_path)
     from_png = predict(fake_ckpt, *paths, tmp_path=tmp_path)
     assert [row["input"] for row in from_png] == list(map(str, paths))
+    assert [row["input"] for row in from_idx] == [f"{tmp_path / 'digits-idx3-ubyte'}[{i}]" for i in range(100)]
     agreement = np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_idx, from_png, strict=True)])
     assert agreement >= 0.97
 
 
 def test_bad_files_are_skipped_one_by_one_and_the_rest_are_predicted(fake_ckpt, fake_mnist, tmp_path, capsys):
+    """Each file it cannot read, or whose digits are not MNIST's 28x28, is named on stderr with the reason, and has
+    no row; the others are predicted."""
     images, _ = mnist_test_set(fake_mnist)
     rng = np.random.default_rng(0)
     good = [pixel_art(to_mnist_digit(Image.fromarray(image)), rng) for image in images[:3]]
@@ -100,40 +127,38 @@ def test_bad_files_are_skipped_one_by_one_and_the_rest_are_predicted(fake_ckpt, 
     (folder / "large.png").write_bytes(png_header(10_000, 9_000))  # 90 million: above the limit, below twice it
     Image.new("RGB", (1, 1), "white").save(folder / "dot.png")
     Image.new("RGB", (300, 300), (200, 200, 190)).save(folder / "grey.png")
+    write_idx(folder / "small-idx3-ubyte", np.zeros((2, 20, 20)))  # digits of another size than the model's
     empty_folder = tmp_path / "nothing_here"
     empty_folder.mkdir()
+    capsys.readouterr()
 
     rows = predict(fake_ckpt, folder, tmp_path / "missing.png", empty_folder, tmp_path=tmp_path)
 
-    status = {Path(row["input"]).name: row["status"] for row in rows}
-    assert status == {
-        **{path.name: status[path.name] for path in good_paths},
-        "notes.png": "skipped",
-        "empty.jpg": "skipped",
-        "truncated.png": "skipped",
-        "bomb.png": "skipped",
-        "large.png": "skipped",
-        "dot.png": "skipped",
-        "grey.png": "skipped",
-        "missing.png": "skipped",
-        "nothing_here": "skipped",
-    }
-    predicted = {Path(row["input"]).name: row["prediction"] for row in rows if row["prediction"] is not None}
-    assert [predicted[path.name] for path in good_paths] == direct_predictions(fake_ckpt, good)
-    err = one_line(capsys.readouterr().err)
-    for name in ("notes.png", "empty.jpg", "truncated.png", "bomb.png", "large.png", "missing.png", "nothing_here"):
-        assert f"{name}:" in err
-    assert err.count("too large to decode safely") == 2 and "Traceback" not in err
+    assert [row["input"] for row in rows] == list(map(str, good_paths))
+    assert [row["prediction"] for row in rows] == direct_predictions(fake_ckpt, good)
+    captured = capsys.readouterr()
+    skipped = {Path(line.split(": ")[0].removeprefix("Skipped ")).name: line for line in captured.err.splitlines()}
+    bad = ["notes.png", "empty.jpg", "truncated.png", "bomb.png", "large.png", "dot.png", "grey.png"]
+    assert sorted(skipped) == sorted([*bad, "small-idx3-ubyte", "missing.png", "nothing_here"]), captured.err
+    assert all(line.startswith("Skipped ") and line.endswith(".") for line in skipped.values())
+    assert "not an image that Pillow can read" in skipped["notes.png"]
+    assert "blank:" in skipped["dot.png"] and "blank:" in skipped["grey.png"]
+    assert "too large to decode safely" in skipped["bomb.png"] and "too large to decode safely" in skipped["large.png"]
+    assert "(2, 1, 20, 20)" in skipped["small-idx3-ubyte"] and "(1, 28, 28)" in skipped["small-idx3-ubyte"]
+    assert "Traceback" not in captured.err and "Skipped" not in captured.out
 
 
 def test_a_blank_picture_is_skipped_as_blank(fake_ckpt, fake_mnist, capsys, tmp_path):
-    """A picture with no ink holds no digit: skipped, its note saying it is blank; alone, nothing is predicted."""
+    """A picture with no ink holds no digit: skipped, saying it is blank, on stderr only; alone, nothing is
+    predicted."""
     Image.new("RGB", (1, 1), "white").save(tmp_path / "blank.png")
     idx = fake_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    capsys.readouterr()
     assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png"), str(idx)]) == 0
-    row, *predicted = csv.DictReader(io.StringIO(capsys.readouterr().out))
-    assert (row["status"], row["prediction"]) == ("skipped", "") and len(predicted) == FAKE_TEST
-    assert row["note"] == "blank: no ink stands out from the paper"
+    captured = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(captured.out)))
+    assert [row["input"] for row in rows] == [f"{idx}[{i}]" for i in range(FAKE_TEST)]
+    assert captured.err.strip() == f"Skipped {tmp_path / 'blank.png'}: blank: no ink stands out from the paper."
     assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "blank.png")]) == 2
     assert "No input could be read" in capsys.readouterr().err
 
@@ -141,21 +166,26 @@ def test_a_blank_picture_is_skipped_as_blank(fake_ckpt, fake_mnist, capsys, tmp_
 def test_nothing_readable_is_a_clear_error(fake_ckpt, tmp_path, capsys):
     (tmp_path / "notes.png").write_text("not a picture")
     assert main(["--ckpt_path", fake_ckpt, str(tmp_path / "notes.png"), str(tmp_path / "missing.png")]) == 2
-    err = one_line(capsys.readouterr().err)
+    captured = capsys.readouterr()
+    err = one_line(captured.err)
     assert "notes.png: not an image" in err and "No input could be read" in err and "Traceback" not in err
+    assert captured.out == ""  # no CSV header without a row
 
 
-def test_export_names_the_logits_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path, capsys):
+def test_export_names_input_and_output_and_describes_the_preprocessing(fake_ckpt, fake_mnist, tmp_path, capsys):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")
     flags = ["--ckpt_path", fake_ckpt, "--output_dir", str(tmp_path / "export"), "--formats", "pt2", "onnx"]
+    capsys.readouterr()
     assert export.main(flags) == 0
     files = {"pt2": "model.pt2", "onnx": "model.onnx", "preprocessing": "preprocessing.json"}
     written = {f"Wrote {tmp_path / 'export' / file}" for file in files.values()}
     assert set(capsys.readouterr().out.splitlines()) == written  # what it wrote, and nothing else
-    assert [output.name for output in onnx.load(tmp_path / "export" / "model.onnx").graph.output] == ["logits"]
+    graph = onnx.load(tmp_path / "export" / "model.onnx").graph
+    assert [node.name for node in graph.input] == ["input"] and [node.name for node in graph.output] == ["output"]
     spec = json.loads((tmp_path / "export" / "preprocessing.json").read_text())
-    assert spec["from_picture"]["steps"] == STEPS and spec["output"]["name"] == "logits"
+    assert spec["from_picture"]["steps"] == STEPS
+    assert (spec["input"]["name"], spec["output"]["name"]) == ("input", "output")
     # The sizes are the model's, as the data module gave them: one MNIST image in, one score per class out.
     assert spec["input"]["shape"] == ["batch", 1, 28, 28] and spec["output"]["shape"] == ["batch", 10]
     # A server with model.pt2, preprocessing.json and preprocessing.py gets predict.py's answer for a file.
@@ -182,10 +212,10 @@ def test_photo_like_pictures_are_read_within_3_points_of_mnist_form(real_ckpt, r
     paths = save_pictures(tmp_path / "pictures", pictures)
     write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
 
-    from_pictures = predict(real_ckpt, *paths, tmp_path=tmp_path)
-    in_mnist_form = predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
-    correct = np.array([row["prediction"] == label for row, label in zip(from_pictures, labels[chosen], strict=True)])
-    reference = np.array([row["prediction"] == label for row, label in zip(in_mnist_form, labels[chosen], strict=True)])
+    from_pictures = predictions_of(predict(real_ckpt, *paths, tmp_path=tmp_path), paths)
+    in_mnist_form = [row["prediction"] for row in predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)]
+    correct = np.array([predicted == label for predicted, label in zip(from_pictures, labels[chosen], strict=True)])
+    reference = np.array([predicted == label for predicted, label in zip(in_mnist_form, labels[chosen], strict=True)])
     assert abs(correct.mean() - reference.mean()) <= 0.03
     for kind in kinds:  # and no kind of picture is far off (100 pictures each: a few points of chance)
         mine = np.array(kind_of) == kind
@@ -201,10 +231,10 @@ def test_pen_drawn_digits_are_read_within_3_points_of_mnist_form(real_ckpt, real
     chosen = rng.choice(len(images), 400, replace=False)
     paths = save_pictures(tmp_path / kind, [KINDS[kind](images[i], rng) for i in chosen])
     write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
-    from_pictures = predict(real_ckpt, *paths, tmp_path=tmp_path)
-    in_mnist_form = predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
-    correct = np.mean([row["prediction"] == label for row, label in zip(from_pictures, labels[chosen], strict=True)])
-    reference = np.mean([row["prediction"] == label for row, label in zip(in_mnist_form, labels[chosen], strict=True)])
+    from_pictures = predictions_of(predict(real_ckpt, *paths, tmp_path=tmp_path), paths)
+    in_mnist_form = [row["prediction"] for row in predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)]
+    correct = np.mean([predicted == label for predicted, label in zip(from_pictures, labels[chosen], strict=True)])
+    reference = np.mean([predicted == label for predicted, label in zip(in_mnist_form, labels[chosen], strict=True)])
     assert correct >= reference - 0.03
 
 
@@ -213,13 +243,13 @@ def test_mnist_test_digits_as_png_agree_with_the_idx_file(real_ckpt, real_mnist,
     images, labels = mnist_test_set(real_mnist)
     count = 2000
     paths = save_pictures(tmp_path / "png", [Image.fromarray(digit) for digit in images[:count]])
-    from_png = predict(real_ckpt, *paths, tmp_path=tmp_path)
-    from_idx = predict(real_ckpt, real_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz", tmp_path=tmp_path)
-    png_correct = np.mean([row["prediction"] == label for row, label in zip(from_png, labels, strict=False)])
-    from_idx = from_idx[:count]
-    idx_correct = np.mean([row["prediction"] == label for row, label in zip(from_idx, labels, strict=False)])
+    from_png = predictions_of(predict(real_ckpt, *paths, tmp_path=tmp_path), paths)
+    idx = real_mnist / "MNIST" / "raw" / "t10k-images-idx3-ubyte.gz"
+    from_idx = [row["prediction"] for row in predict(real_ckpt, idx, tmp_path=tmp_path)][:count]
+    png_correct = np.mean([predicted == label for predicted, label in zip(from_png, labels, strict=False)])
+    idx_correct = np.mean([predicted == label for predicted, label in zip(from_idx, labels, strict=False)])
     assert abs(png_correct - idx_correct) <= 0.005
-    assert np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_png, from_idx, strict=True)]) >= 0.99
+    assert np.mean([a == b for a, b in zip(from_png, from_idx, strict=True)]) >= 0.99
 
 
 def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tmp_path):

@@ -112,17 +112,12 @@ def clear_unstarted_run(folder: Path) -> bool:
 @contextmanager
 def locked(folder: Path) -> Iterator[Path]:
     """``folder``, made and locked until the block ends or the process does, however (the OS drops the lock), naming
-    the holder to others: refused if another command holds it, or a folder above it. The lock holder removes the
-    temporary files that a write killed midway left (see records.replaced)."""
+    the holder to others: refused if another command holds it. The lock holder removes the temporary files that a
+    write killed midway left (see records.replaced)."""
     try:
-        # A lock is tried with a second's patience: other commands starting look at it too, holding it an instant.
-        for parent in folder.resolve().parents:  # one this process holds is free to it (is_singleton: reentrant)
-            if (parent / LOCK_FILE).is_file():
-                with suppress(PermissionError):  # another user's, or another program's: not this template's run
-                    FileLock(parent / LOCK_FILE, is_singleton=True).acquire(timeout=1).lock.release()
         folder.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(folder / LOCK_FILE, is_singleton=True)
-        lock.acquire(timeout=1)
+        lock = FileLock(folder / LOCK_FILE, is_singleton=True)  # one this process holds is free to it: reentrant
+        lock.acquire(timeout=1)  # with a second's patience: other commands starting look at it too, an instant
     except Timeout as error:  # the lock file names its holder
         holder = Path(error.lock_file).read_text().strip() or "another process"
         raise UserError(f"{Path(error.lock_file).parent} is in use by {holder}, which has not ended.") from None
