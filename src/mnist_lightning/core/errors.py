@@ -83,11 +83,6 @@ def report_failure(error: Exception) -> int:
     return USAGE_ERROR
 
 
-def paragraph(message: str, kept: str) -> str:
-    """A message as one line, and after it what a stopped command kept (``kept``), as a sentence of its own."""
-    return " ".join(f"{message} {kept[:1].upper()}{kept[1:]}".split())
-
-
 def run_main(command: Callable[[], object], exiting: bool = False) -> int:
     """Run an entry point: a UserError, or Lightning's MisconfigurationException (a setting that cannot work), is a
     paragraph on stderr and its exit status (``exit_code``, else 2); the OS refusing a write, the file and its reason.
@@ -99,23 +94,20 @@ def run_main(command: Callable[[], object], exiting: bool = False) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")  # one printed in a UTF-8 locale is not a failure
     stops = []  # a second SIGTERM (a scheduler's, or to every process) must not cut the first one's clean-up
 
-    def on_sigterm(signum, frame):
+    def on_stop(signum, frame):  # SIGTERM, or SIGUSR1: a scheduler's notice that the job ends soon
         stops.append(signal.Signals(signum).name)
+        if signum != signal.SIGTERM:
+            os.kill(os.getpid(), signal.SIGTERM)
         # During a fit, Lightning's handler replaces this one and calls it after noting the signal: the fit stops
         # after its batch (workarounds.note_sigterm).
-        if stops.count("SIGTERM") == 1 and signal.getsignal(signal.SIGTERM) is on_sigterm:
+        elif stops.count("SIGTERM") == 1 and signal.getsignal(signal.SIGTERM) is on_stop:
             sys.exit(TERMINATED)
 
-    def on_sigusr1(signum, frame):  # a scheduler's notice that the job ends soon: a stop, as SIGTERM's
-        stops.append(signal.Signals(signum).name)
-        os.kill(os.getpid(), signal.SIGTERM)
-
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
-    if handlers[signal.SIGTERM] == signal.SIG_DFL:  # not over a handler of the caller's
-        signal.signal(signal.SIGTERM, on_sigterm)
-    # SLURM's: Lightning requeues the job on it (its own handler, which one of ours would keep out).
-    if handlers[signal.SIGUSR1] == signal.SIG_DFL and not SLURMEnvironment.detect():
-        signal.signal(signal.SIGUSR1, on_sigusr1)
+    # Not over a handler of the caller's; nor on SLURM's SIGUSR1, on which Lightning requeues the job.
+    for signum in [signal.SIGTERM] + [signal.SIGUSR1] * (not SLURMEnvironment.detect()):
+        if handlers[signum] == signal.SIG_DFL:
+            signal.signal(signum, on_stop)
     try:
         command()
         for signum in handlers:  # done, its results written: a stop now would only report a failure that is not one
@@ -141,7 +133,7 @@ def run_main(command: Callable[[], object], exiting: bool = False) -> int:
             return report_failure(error)
         message = str(WriteError(error.filename, error)) if isinstance(error, OSError) else str(error)  # a library's
         kept = getattr(error, "kept", "") if write_failed else ""  # what the command kept, to go on with room
-        print(f"Error: {paragraph(message, kept)}", file=sys.stderr)
+        print(" ".join(f"Error: {message} {kept[:1].upper()}{kept[1:]}".split()), file=sys.stderr)  # one paragraph
         return 1 if write_failed else getattr(error, "exit_code", USAGE_ERROR)
     finally:
         # A command run as a program (``exiting``) is done: a stop while Python shuts down (seconds, with torch
