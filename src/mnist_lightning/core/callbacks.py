@@ -78,7 +78,7 @@ class EpochHistory(FirstBatchCheck):
         # After validation; before the checkpoint callbacks, which Lightning runs last. float() waits for the device
         # (CUDA runs asynchronously) before the clock is read.
         super().on_train_epoch_end(trainer, pl_module)
-        logged = sorted(trainer.callback_metrics.items())  # train/loss, val/acc, val/loss: stage, then name
+        logged = sorted(trainer.callback_metrics.items())  # train/loss, val/f1, val/loss: stage, then name
         metrics = {name: float(value) for name, value in logged if value.numel() == 1}
         row = {"epoch": trainer.current_epoch, "seconds": time.perf_counter() - self._start} | metrics
         if diverged := [f"{name} {value}" for name, value in metrics.items() if not math.isfinite(value)]:

@@ -1,7 +1,7 @@
-"""The command line of ``scripts/train.py`` turned into built objects. Every argument of the Trainer and the model
-is a top-level flag and config-file key (LightningCLI would nest them: ``--trainer.accelerator``); --net and --data take
-a class path, their arguments as ``--net.NAME``. Each run records its resolved configuration in ``<run>/config.yaml``.
-"""
+"""The command line of ``scripts/train.py`` turned into built objects. Every argument of the Trainer and of the
+LightningModule is a top-level flag and config-file key (LightningCLI would nest them: ``--trainer.accelerator``); --data
+takes a class path, its arguments as ``--data.NAME``, and so does any argument of the model that takes a class (the
+example's --net). Each run records its resolved configuration in ``<run>/config.yaml``."""
 
 import inspect
 import os

@@ -70,5 +70,5 @@ def run_metrics(trainer: Trainer, model: LightningModule, test: dict, **record: 
 
 
 def scores(metrics: dict[str, float]) -> str:
-    """Metrics as the results line says them: ``test/loss 0.2912, test/acc 0.9228``."""
+    """Metrics as the results line says them: ``test/loss 0.2912, test/f1 0.9228``."""
     return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
