@@ -1,6 +1,6 @@
 """The command line of ``scripts/train.py`` turned into built objects. Every argument of the Trainer and of the
-LightningModule is a top-level flag and config-file key (LightningCLI would nest them: ``--trainer.accelerator``); --data
-takes a class path, its arguments as ``--data.NAME``, and so does any argument of the model that takes a class (the
+LightningModule is a top-level flag and config-file key (LightningCLI would nest them: ``--trainer.accelerator``);
+--data takes a class path, its arguments as ``--data.NAME``, as does a model's argument that takes a class (the
 example's --net). Each run records its resolved configuration in ``<run>/config.yaml``."""
 
 import inspect
