@@ -4,8 +4,8 @@
     python benchmarks/phases.py --data.data_dir <MNIST root> --output_dir /tmp/run     # any train.py flags
 
 Runs ``mnist_lightning.core.train.main`` as ``scripts/train.py`` does, with clocks around its phases: the imports,
-parsing, building (of which the data check), fit (its setup, the sanity check, the training loop and, within
-it, the checkpoint writes), test, the plots. Clocks wrap this project's own functions, the Trainer object's
+parsing, building, fit (its setup, of which the data check, the sanity check, the training loop and, within it,
+the checkpoint writes), test, the plots. Clocks wrap this project's own functions, the Trainer object's
 public ``fit``/``test`` methods and a Callback's hooks; nothing inside Lightning is changed. The last line of
 stdout is the phases as JSON. ``benchmarks/run.py`` runs this alternated with the plain ``scripts/train.py`` it
 mirrors and adds the two phases only a parent sees: the interpreter's start (from ``$PHASES_SPAWN_TIME``, the
@@ -71,7 +71,7 @@ def main() -> int:
     io.save_checkpoint = timed("checkpoint writes", io.save_checkpoint)
     plots.save_plots = timed("plots", plots.save_plots)  # only with_plots
     train_module.parse_args = timed("parse", train_module.parse_args)
-    build_training = timed("build", train_module.build_training)
+    build = timed("build", train_module.build)
 
     def fit(trainer_fit, *args, **kwargs):
         MARKS["fit_start"] = time.perf_counter()
@@ -80,15 +80,15 @@ def main() -> int:
         finally:
             MARKS["fit_end"] = time.perf_counter()
 
-    def build_and_clock(config):
-        training = build_training(config)
+    def build_and_clock(config, run):
+        training = build(config, run)
         trainer = training.trainer
         trainer.callbacks.append(Marks())
         trainer.fit = functools.partial(fit, trainer.fit)
         trainer.test = timed("test", trainer.test)
         return training
 
-    train_module.build_training = build_and_clock
+    train_module.build = build_and_clock  # what train.run calls, after opening the run
     main_start = time.perf_counter()
     code = train_module.main(sys.argv[1:])
     returned = time.time()

@@ -15,13 +15,14 @@ Without --ckpt_path, a checkpoint is trained first with the defaults (scripts/tr
 """
 
 import argparse
+import csv
 import io
 import json
 import platform
 import sys
 import tempfile
 import time
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -54,18 +55,40 @@ def write_pictures(folder: Path, pictures: list[Image.Image]) -> list[Path]:
     return paths
 
 
-def predict(ckpt: str, inputs: list[Path], output: Path) -> tuple[list[dict], float]:
-    """predict.py's rows for ``inputs`` (JSON output) and the seconds the whole command took."""
+class Predicted:
+    """What predict.py said of its inputs: the prediction of each row (``input``: a file, or ``file[i]`` of a file of
+    several digits), in order, and the files it skipped (on stderr: ``Skipped PATH: REASON.``), by path."""
+
+    def __init__(self, output: Path, said: str) -> None:
+        rows = list(csv.DictReader(output.open()))
+        self.by_input = {row["input"]: int(row["prediction"]) for row in rows}
+        self.in_order = [int(row["prediction"]) for row in rows]
+        lines = [line.removeprefix("Skipped ") for line in said.splitlines() if line.startswith("Skipped ")]
+        self.skipped = dict(line.split(": ", 1) for line in lines)
+
+    def of_files(self, paths: list[Path]) -> list[int | None]:
+        """The prediction of each picture file (None: skipped, which counts as wrong)."""
+        return [self.by_input.get(str(path)) for path in paths]
+
+
+def predict(ckpt: str, inputs: list[Path], output: Path) -> tuple[Predicted, float]:
+    """predict.py on ``inputs`` (its CSV output) and the seconds the whole command took."""
+    said = io.StringIO()
     start = time.perf_counter()
-    code = predict_main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output)])
+    with redirect_stderr(said):
+        code = predict_main(["--ckpt_path", ckpt, *map(str, inputs), "--output", str(output)])
     seconds = time.perf_counter() - start
     if code != 0:
-        raise SystemExit(f"predict.py failed with exit status {code}")
-    return json.loads(output.read_text())["predictions"], seconds
+        raise SystemExit(f"predict.py failed with exit status {code}: {said.getvalue()[-3000:]}")
+    return Predicted(output, said.getvalue()), seconds
 
 
-def accuracy(rows: list[dict], labels: np.ndarray) -> float:
-    return float(np.mean([row["prediction"] == label for row, label in zip(rows, labels, strict=True)]))
+def accuracy(predictions: list[int | None], labels: np.ndarray) -> float:
+    return float(np.mean([predicted == label for predicted, label in zip(predictions, labels, strict=True)]))
+
+
+def agreement(first: list[int | None], second: list[int | None]) -> float:
+    return float(np.mean([a is not None and a == b for a, b in zip(first, second, strict=True)]))
 
 
 def per_kind(args, ckpt: str, images: np.ndarray, labels: np.ndarray, work: Path) -> dict:
@@ -76,16 +99,15 @@ def per_kind(args, ckpt: str, images: np.ndarray, labels: np.ndarray, work: Path
         chosen = rng.choice(len(images), args.per_kind, replace=False)
         paths = write_pictures(work / name, [kind(images[i], rng) for i in chosen])
         write_idx(work / f"{name}-idx3-ubyte", images[chosen])
-        from_pictures, _ = predict(ckpt, paths, work / f"{name}.json")
-        in_mnist_form, _ = predict(ckpt, [work / f"{name}-idx3-ubyte"], work / f"{name}-idx.json")
+        pictures, _ = predict(ckpt, paths, work / f"{name}.csv")
+        from_pictures = pictures.of_files(paths)
+        in_mnist_form = predict(ckpt, [work / f"{name}-idx3-ubyte"], work / f"{name}-idx.csv")[0].in_order
         results[name] = {
             "pictures": len(chosen),
             "accuracy": accuracy(from_pictures, labels[chosen]),
             "mnist_form_accuracy": accuracy(in_mnist_form, labels[chosen]),
-            "agreement": float(
-                np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_pictures, in_mnist_form, strict=True)])
-            ),
-            "blank": sum((row["note"] or "").startswith("blank:") for row in from_pictures),
+            "agreement": agreement(from_pictures, in_mnist_form),
+            "blank": sum(reason.startswith("blank:") for reason in pictures.skipped.values()),
         }
         print(f"{name}: {results[name]}", flush=True)
     return results
@@ -96,15 +118,14 @@ def png_against_idx(ckpt: str, images: np.ndarray, labels: np.ndarray, idx: Path
     folder.mkdir()
     for i, digit in enumerate(images):
         Image.fromarray(digit).save(folder / f"{i:05d}.png")
-    from_png, _ = predict(ckpt, [folder], work / "png.json")
-    from_idx, _ = predict(ckpt, [idx], work / "idx.json")
+    paths = [folder / f"{i:05d}.png" for i in range(len(images))]
+    from_png = predict(ckpt, [folder], work / "png.csv")[0].of_files(paths)
+    from_idx = predict(ckpt, [idx], work / "idx.csv")[0].in_order
     return {
         "digits": len(images),
         "png_accuracy": accuracy(from_png, labels),
         "idx_accuracy": accuracy(from_idx, labels),
-        "agreement": float(
-            np.mean([a["prediction"] == b["prediction"] for a, b in zip(from_png, from_idx, strict=True)])
-        ),
+        "agreement": agreement(from_png, from_idx),
     }
 
 
@@ -119,9 +140,10 @@ def throughput(args, ckpt: str, images: np.ndarray, idx: Path, work: Path) -> di
     for name, inputs in cases.items():
         runs = []
         for _ in range(args.repeats):
-            rows, seconds = predict(ckpt, inputs, work / "speed.json")
+            predicted, seconds = predict(ckpt, inputs, work / "speed.csv")
             runs.append(seconds)
-        results[name] = {"images": len(rows), "seconds": runs, "images_per_second": len(rows) / min(runs)}
+        count = len(predicted.in_order)
+        results[name] = {"images": count, "seconds": runs, "images_per_second": count / min(runs)}
         print(f"{name}: {results[name]['images_per_second']:.0f} images/s", flush=True)
     return results
 
@@ -192,11 +214,11 @@ def main() -> None:
                     == 0
                 )
             ckpt = json.loads((work / "run" / "metrics.json").read_text())["best_checkpoint"]
-        test_rows, _ = predict(ckpt, [idx], work / "test.json")
+        test_predictions = predict(ckpt, [idx], work / "test.csv")[0].in_order
         result = {
             "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
             "command": "python benchmarks/predict.py " + " ".join(sys.argv[1:]),
-            "checkpoint_test_acc": accuracy(test_rows, labels),
+            "checkpoint_test_acc": accuracy(test_predictions, labels),
             "per_kind": per_kind(args, ckpt, images, labels, work),
         }
         photo_like = list(result["per_kind"].values())

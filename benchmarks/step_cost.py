@@ -7,10 +7,10 @@
 Every configuration trains SimpleNN on MNIST's training batches (the plain and Fabric loops from the rungs' own
 DataLoader, the Trainer rows from MNISTDataModule) with the same optimizer and schedule; each is timed over the
 training batches of an epoch only (from the epoch's start to the start of its validation), epoch 0 (warm-up) left
-out. The Lightning rows add one feature at a time, from a bare Trainer
-(``training_step`` returns the loss; no logger, checkpoints, progress bar or summary) up to the template's own
-Trainer as ``scripts/train.py`` builds it (``cli.build_training``), so the difference between neighbouring rows
-is what a feature costs per step. Only public Lightning API is used: Trainer arguments, callbacks, loggers.
+out. The Lightning rows add one feature at a time, from a bare Trainer (``training_step`` returns the loss; no
+logger, checkpoints, progress bar or summary) up to the template's own Trainer as ``scripts/train.py`` builds it
+(``cli.parse_args``, ``runs.open_run``, ``cli.build``), so the difference between neighbouring rows is what a
+feature costs per step. Only public Lightning API is used: Trainer arguments, callbacks, loggers.
 
 Configurations take turns (their order reversed every other repeat); each figure is the median over the
 repeats, in wall time and in CPU time of the process (all threads). CPU time does not grow while other
@@ -51,8 +51,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from mnist_lightning.core.callbacks import EpochHistory, ThrottledBar
 from mnist_lightning.core.checkpoints import AtomicCheckpointIO, run_checkpoints
-from mnist_lightning.core.cli import build_training, parse_args
+from mnist_lightning.core.cli import build, parse_args
 from mnist_lightning.core.records import write_json
+from mnist_lightning.core.runs import open_run
 from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.in_memory import Samples
 from mnist_lightning.lightning_module import Classifier
@@ -137,7 +138,7 @@ TRAINER_ROWS = [
     ("+ the template's bar (ThrottledBar: TQDM, redrawn at most every 0.1 s), in a terminal", {"bar": "throttled"}),
 ]
 TEMPLATE_ROWS = [
-    "template: the Trainer of scripts/train.py (cli.build_training), its bar drawn in a terminal",
+    "template: the Trainer of scripts/train.py (cli.build), its bar drawn in a terminal",
     "template, --enable_progress_bar false",
 ]
 # Not part of the ladder: what one change to a row above would do.
@@ -279,19 +280,19 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
     for _, feature in TRAINER_ROWS[: level + 1]:
         features |= feature
     features |= change
+    torch.manual_seed(42)
+    model = MODULES[features["module"]](MNISTDataModule.input_shape, MNISTDataModule.num_classes)
     clock = ProfiledClock(profile) if profile else TrainingClock()
     callbacks: list[Callback] = [clock]
     if features.get("lr_monitor"):
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if features.get("history"):
         callbacks += [EpochHistory()]
-    if features.get("checkpoints"):
-        callbacks += run_checkpoints(work / "checkpoints")
+    if features.get("checkpoints"):  # the best (by the model's monitor, val/acc) and last.ckpt
+        callbacks += run_checkpoints(work / "checkpoints", model)
     callbacks += [Callback() for _ in range(features.get("idle", 0))]
     if features.get("bar"):
         callbacks.append(ThrottledBar() if features["bar"] == "throttled" else TQDMProgressBar())
-    torch.manual_seed(42)
-    model = MODULES[features["module"]](MNISTDataModule.input_shape, MNISTDataModule.num_classes)
     datamodule = MNISTDataModule(args.data_dir, batch_size=args.batch_size)
     if features.get("read") == "index_select":
         datamodule.setup = functools.partial(setup_reading_with_index_select, datamodule.setup, datamodule)
@@ -300,7 +301,7 @@ def trainer_epochs(level: int, args, work: Path, profile: cProfile.Profile | Non
         devices=1,
         max_epochs=args.epochs,
         default_root_dir=work,
-        logger=CSVLogger(work, name="logs", version="") if features.get("logger") else False,
+        logger=CSVLogger(work, "logs") if features.get("logger") else False,  # as the template's: logs/version_0
         log_every_n_steps=10,
         callbacks=callbacks,
         enable_checkpointing=bool(features.get("checkpoints")),
@@ -332,14 +333,16 @@ def template_epochs(variant: int, args, work: Path, profile: cProfile.Profile | 
     flags += ["--output_dir", str(work / "run"), "--accelerator", args.accelerator]
     if variant == 1:
         flags += ["--enable_progress_bar", "false"]
-    training = build_training(parse_args(flags))
-    clock = ProfiledClock(profile) if profile else TrainingClock()
-    training.trainer.callbacks.append(clock)
-    model = training.model
-    if variant == 2:
-        settings = {name: value for name, value in model.hparams.items() if name != "net" and name[0] != "_"}
-        model = LogEveryStep(net=lambda shape, classes, net=model.net: net, **settings)
-    training.trainer.fit(model, datamodule=training.datamodule)
+    config = parse_args(flags)
+    with open_run(config) as run:  # as core.train.run: the run opened, then built
+        training = build(config, run)
+        clock = ProfiledClock(profile) if profile else TrainingClock()
+        training.trainer.callbacks.append(clock)
+        model = training.model
+        if variant == 2:
+            settings = {name: value for name, value in model.hparams.items() if name != "net" and name[0] != "_"}
+            model = LogEveryStep(net=lambda shape, classes, net=model.net: net, **settings)
+        training.trainer.fit(model, datamodule=training.datamodule)
     return clock.seconds
 
 

@@ -15,8 +15,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import transforms
 from torchvision.datasets import MNIST
 
+from mnist_lightning import datamodule as mnist_data  # (names a data module of one's own may lack: read in tests)
 from mnist_lightning.core.cli import build_parser
-from mnist_lightning.datamodule import DATASETS, MNISTDataModule
+from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.in_memory import normalize
 
 pytestmark = example.data
@@ -143,10 +144,10 @@ def test_other_mnist_format_datasets_by_name(tmp_path, dataset, folder):
     write_fake_dataset(tmp_path, folder)
     datamodule = make_datamodule(tmp_path, dataset=dataset, batch_size=FAKE_TEST)
     images, _ = next(iter(datamodule.test_dataloader()))
-    _, mean, std = DATASETS[dataset]
-    parsed = DATASETS[dataset][0](str(tmp_path), train=False).data
+    _, mean, std = mnist_data.DATASETS[dataset]
+    parsed = mnist_data.DATASETS[dataset][0](str(tmp_path), train=False).data
     torch.testing.assert_close(images, normalize(parsed, mean, std))
-    assert (datamodule.mean, datamodule.std) == (mean, std) != DATASETS["mnist"][1:]
+    assert (datamodule.mean, datamodule.std) == (mean, std) != mnist_data.DATASETS["mnist"][1:]
 
 
 @pytest.mark.parametrize(

@@ -44,10 +44,12 @@ def refused(capsys, code, output_dir, *phrases):
     assert not output_dir.exists()
 
 
+@example.task  # trains the project's LightningModule on MNIST
 def test_fake_data_in_mnists_format_trains(fake, tmp_path):
     assert train(fake, tmp_path / "run") == 0
 
 
+@example.task  # trains the project's LightningModule on MNIST
 def test_images_and_labels_of_different_datasets_are_refused(fake, tmp_path, capsys):
     raw = fake / "MNIST" / "raw"
     shutil.copy(raw / "t10k-labels-idx1-ubyte", raw / "train-labels-idx1-ubyte")  # 300 labels for 1200 images
@@ -56,6 +58,7 @@ def test_images_and_labels_of_different_datasets_are_refused(fake, tmp_path, cap
     )
 
 
+@example.task  # trains the project's LightningModule on MNIST
 @pytest.mark.parametrize("damage", ["empty", "truncated"])
 def test_a_file_that_is_not_an_idx_file_is_refused(fake, tmp_path, capsys, damage):
     labels = fake / "MNIST" / "raw" / "train-labels-idx1-ubyte"

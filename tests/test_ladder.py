@@ -2,7 +2,10 @@
 their own (torch, torchvision, Lightning and the network), scripts/train_trainer.py takes Fabric's flags and the
 package's LightningModule and DataModule; each rung is shorter than the one below, Fabric's differs from the plain
 one in its device lines only; from the same seed the rungs (and train.py) end with bit-identical weights and losses,
-compiled or not; a mistake ends in one line on stderr, without a traceback."""
+compiled or not; a mistake ends in one line on stderr, without a traceback.
+
+The rungs run in this process where a test allows it (their ``__main__`` block, as ``python scripts/NAME`` runs
+it); a stop by a signal, and compiled runs (each compiles its own code), run as processes: marked slow."""
 
 import ast
 import difflib
@@ -14,14 +17,20 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import example
 import pytest
 import torch
-from helpers import FAKE_VAL, train_run
+from helpers import FAKE_VAL
+from torchvision.datasets import MNIST
 
+from mnist_lightning.core.train import main as train_main
 from mnist_lightning.lightning_module import Classifier
 from mnist_lightning.model import SimpleNN
+
+pytestmark = [example.data, example.task]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -43,8 +52,54 @@ def environment() -> dict[str, str]:
 
 
 def run_script(name: str, *flags: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """A script in a process of its own, as a user runs it."""
     command = [sys.executable, str(SCRIPTS / name), *flags]
     return subprocess.run(command, capture_output=True, text=True, env=environment(), cwd=cwd, timeout=600)
+
+
+@contextmanager
+def torch_settings_kept():
+    """The process-wide settings a rung changes, as they were before it (the other tests expect them)."""
+    precision, deterministic = torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.use_deterministic_algorithms(deterministic)
+        if cublas is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+def run_main_block(name: str, *flags: str) -> int | str | None:
+    """``python scripts/NAME FLAGS`` in this process: its folder on sys.path and its ``__main__`` block run; the code
+    it exits with (SystemExit's: a message is exit status 1), None if it returns."""
+    path = SCRIPTS / name
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPTS))
+        patch.setattr(sys, "argv", [str(path), *flags])
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as exit:
+            return exit.code
+    return None
+
+
+def run_here(name: str, *flags: str) -> int | str | None:
+    """:func:`run_main_block`, leaving torch's process-wide settings as they were."""
+    with torch_settings_kept():
+        return run_main_block(name, *flags)
+
+
+def run_in_process(capsys, name: str, *flags: str) -> subprocess.CompletedProcess:
+    """:func:`run_here`, with its exit status, stdout and stderr as Python gives them at exit: a SystemExit with a
+    message prints it on stderr and exits with status 1."""
+    capsys.readouterr()
+    code = run_here(name, *flags)
+    out, err = capsys.readouterr()
+    if isinstance(code, str):
+        err, code = f"{err}{code}\n", 1
+    return subprocess.CompletedProcess([name, *flags], code or 0, out, err)
 
 
 def code_lines(path: Path) -> list[str]:
@@ -123,12 +178,15 @@ def compare(data_dir: Path, output_dir: Path, *flags: str) -> dict:
 
 @pytest.fixture(scope="module")
 def comparison(fake_mnist, tmp_path_factory) -> Path:
-    """compare.py's three rungs, and scripts/train.py beside them (``product_0``) with the same settings."""
-    output_dir = tmp_path_factory.mktemp("ladder") / "compare"
-    compare(fake_mnist, output_dir, *FLAGS)
+    """The three rungs and scripts/train.py (``product_0``) with the same settings, one after the other in this
+    process (what scripts/compare.py runs as processes, tested in test_compare.py): their run folders."""
+    output_dir = tmp_path_factory.mktemp("ladder")
+    for rung, path in RUNG_FILES.items():
+        data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
+        assert run_here(path.name, *data, *FLAGS, "--output_dir", str(output_dir / f"{rung}_0")) is None, rung
     data = ["--data.data_dir", str(fake_mnist), "--data.val_size", str(FAKE_VAL), "--enable_progress_bar", "false"]
-    result = run_script("train.py", *data, *FLAGS, "--output_dir", str(output_dir / "product_0"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    with torch_settings_kept():
+        assert train_main([*data, *FLAGS, "--output_dir", str(output_dir / "product_0")]) == 0
     return output_dir
 
 
@@ -136,7 +194,7 @@ def assert_bit_identical(output_dir: Path, rung: str, reference: str = "plain") 
     """The rung's final weights, per-epoch losses and test results equal the reference's, bit for bit."""
     metrics = {name: json.loads((output_dir / f"{name}_0" / "metrics.json").read_text()) for name in (rung, reference)}
     weights = {name: final_weights(output_dir / f"{name}_0", name) for name in (rung, reference)}
-    assert weights[rung].keys() == weights[reference].keys() == {"linear.weight", "linear.bias"}
+    assert weights[rung].keys() == weights[reference].keys() == SimpleNN((1, 28, 28), 10).state_dict().keys()
     assert all(torch.equal(weights[rung][key], weights[reference][key]) for key in weights[reference]), rung
     losses = {
         name: [(row["train/loss"], row["val/loss"], row["val/acc"]) for row in run["history"]]
@@ -157,8 +215,6 @@ def test_on_off_flags_are_recorded_as_booleans(comparison):
     for rung in RUNG_FILES:
         metrics = json.loads((comparison / f"{rung}_0" / "metrics.json").read_text())
         assert metrics["deterministic"] is True and metrics["compile"] is False, rung
-    settings = json.loads((comparison / "compare.json").read_text())["settings"]
-    assert settings["deterministic"] is True and settings["compile"] is False
 
 
 def test_plain_fabric_and_trainer_end_bit_identical(comparison):
@@ -243,10 +299,10 @@ def error_line(result: subprocess.CompletedProcess) -> str:
         (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
     ],
 )
-def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, rung, flags, phrase):
+def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, capsys, rung, flags, phrase):
     run_dir = tmp_path / "run"
     data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
-    result = run_script(RUNG_FILES[rung].name, *data, "--output_dir", str(run_dir), *flags)
+    result = run_in_process(capsys, RUNG_FILES[rung].name, *data, "--output_dir", str(run_dir), *flags)
     assert phrase in error_line(result)
     assert not run_dir.exists()
     if ", got " in phrase or "argument" in phrase:  # refused by the parser: that line alone, status 2
@@ -261,11 +317,11 @@ def test_the_rungs_refuse_mistakes_in_one_line(fake_mnist, tmp_path, rung, flags
         (["--no_such_flag"], "unrecognized arguments: --no_such_flag"),
     ],
 )
-def test_trainer_rung_refuses_flags_as_the_fabric_rung_does(fake_mnist, tmp_path, flags, phrase):
+def test_trainer_rung_refuses_flags_as_the_fabric_rung_does(fake_mnist, tmp_path, capsys, flags, phrase):
     """Its flags are the Fabric rung's, refused by the same parser: that line alone, status 2."""
     run_dir = tmp_path / "run"
     data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
-    result = run_script(RUNG_FILES["trainer"].name, *data, "--output_dir", str(run_dir), *flags)
+    result = run_in_process(capsys, RUNG_FILES["trainer"].name, *data, "--output_dir", str(run_dir), *flags)
     assert phrase in error_line(result)
     assert result.returncode == 2 and result.stderr.strip() == error_line(result), result.stderr
     assert not run_dir.exists()
@@ -283,22 +339,21 @@ def test_trainer_rung_refuses_flags_as_the_fabric_rung_does(fake_mnist, tmp_path
     ]
     + ([] if torch.cuda.is_available() else [(["--accelerator", "gpu"], "Error: --accelerator gpu: PyTorch finds")]),
 )
-def test_compare_refuses_mistakes_in_one_line_before_making_anything(fake_mnist, tmp_path, flags, phrase):
+def test_compare_refuses_mistakes_in_one_line_before_making_anything(fake_mnist, tmp_path, capsys, flags, phrase):
     """The rungs' own checks, made by compare.py before it makes its folder or starts a rung (the data's too)."""
     data = ["--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL)]
-    result = run_script("compare.py", *data, "--output_dir", str(tmp_path / "cb"), *flags)
+    result = run_in_process(capsys, "compare.py", *data, "--output_dir", str(tmp_path / "cb"), *flags)
     assert result.returncode == 2 and result.stderr.strip() == error_line(result), result.stderr
     assert phrase in error_line(result)
     assert not (tmp_path / "cb").exists()
 
 
 @pytest.mark.parametrize("script", ["train_pytorch.py", "train_fabric.py", "compare.py"])
-def test_no_mnist_and_no_network_is_one_line_saying_where_to_put_it(tmp_path, script):
-    """--data_dir of a folder that does not exist, offline (here: through a proxy that refuses every connection)."""
-    data_dir, offline = tmp_path / "none" / "data", {"https_proxy": "http://127.0.0.1:9", "no_proxy": ""}
-    command = [sys.executable, str(SCRIPTS / script), "--data_dir", str(data_dir), "--output_dir", str(tmp_path / "o")]
-    env = environment() | offline | {"http_proxy": offline["https_proxy"], "NO_PROXY": ""}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+def test_no_mnist_and_no_network_is_one_line_saying_where_to_put_it(tmp_path, capsys, monkeypatch, script):
+    """--data_dir of a folder that does not exist, offline (here: MNIST's mirrors are a port nothing listens on)."""
+    data_dir = tmp_path / "none" / "data"
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])
+    result = run_in_process(capsys, script, "--data_dir", str(data_dir), "--output_dir", str(tmp_path / "o"))
     where = f"Error: MNIST could not be read from {data_dir / 'MNIST' / 'raw'} nor downloaded: put its four .gz files"
     assert result.returncode == 1 and error_line(result).startswith(where), result.stderr
     assert "Connection refused" in error_line(result)  # what the download got
@@ -340,12 +395,14 @@ def stop_a_training_rung(fake_mnist: Path, run_dir: Path, rung: str, signum: int
     return process.returncode, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
 def test_ctrl_c_stops_a_rung_in_one_line(fake_mnist, tmp_path, rung):
     code, err = stop_a_training_rung(fake_mnist, tmp_path, rung, signal.SIGINT)
     assert code == 130 and err.strip().splitlines()[-1] == "Interrupted." and "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_trainer_rung_in_one_line(fake_mnist, tmp_path):
     """Lightning stops its fit after the batch and ends it with SystemExit (status 0): the rung says it and exits as a
     process that SIGTERM ended (the other rungs simply end)."""
@@ -366,6 +423,7 @@ def processes_naming(path: Path) -> dict[int, str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds processes through /proc")
 @pytest.mark.parametrize(("name", "said"), [("SIGINT", "Interrupted."), ("SIGTERM", "Stopped by SIGTERM.")])
 def test_stopping_compare_stops_the_rung_it_runs(fake_mnist, tmp_path, name, said):
@@ -396,10 +454,11 @@ def test_stopping_compare_stops_the_rung_it_runs(fake_mnist, tmp_path, name, sai
 
 
 @pytest.mark.parametrize("rung", ["plain", "fabric", "trainer"])
-def test_the_rungs_refuse_a_used_run_folder(fake_mnist, tmp_path, rung):
+def test_the_rungs_refuse_a_used_run_folder(fake_mnist, tmp_path, capsys, rung):
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "metrics.json").write_text("{}")
-    result = run_script(RUNG_FILES[rung].name, "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "used"))
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "used")]
+    result = run_in_process(capsys, RUNG_FILES[rung].name, *flags)
     assert "holds an earlier run's files: pass a new --output_dir" in error_line(result)
     assert [path.name for path in (tmp_path / "used").iterdir()] == ["metrics.json"]
 
@@ -414,9 +473,9 @@ def test_the_rungs_refuse_a_used_run_folder(fake_mnist, tmp_path, rung):
         (["--accelerator", "fancy"], "Error: You selected an invalid accelerator name: `accelerator='fancy'`"),
     ],
 )
-def test_lightning_rungs_report_bad_settings_in_one_line(fake_mnist, tmp_path, rung, flags, phrase):
+def test_lightning_rungs_report_bad_settings_in_one_line(fake_mnist, tmp_path, capsys, rung, flags, phrase):
     flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags]
-    assert phrase in error_line(run_script(RUNG_FILES[rung].name, *flags))
+    assert phrase in error_line(run_in_process(capsys, RUNG_FILES[rung].name, *flags))
     assert not (tmp_path / "x").exists()
 
 
@@ -432,42 +491,37 @@ def test_lightning_rungs_report_bad_settings_in_one_line(fake_mnist, tmp_path, r
         ("trainer", ["--accelerator", "gpu"], "Error: No supported gpu backend found!"),
     ],
 )
-def test_gpu_flags_without_a_gpu_are_refused_on_every_rung(fake_mnist, tmp_path, rung, flags, phrase):
+def test_gpu_flags_without_a_gpu_are_refused_on_every_rung(fake_mnist, tmp_path, capsys, rung, flags, phrase):
     if rung != "plain" and flags[-1] == "gpu" and torch.backends.mps.is_available():
         pytest.skip("Lightning's gpu is Apple's MPS here")
-    result = run_script(
-        RUNG_FILES[rung].name, "--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags
-    )
+    flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), *flags]
+    result = run_in_process(capsys, RUNG_FILES[rung].name, *flags)
     assert phrase in error_line(result)
     assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
 @pytest.mark.parametrize("rung", ["fabric", "trainer"])
-def test_an_accelerator_whose_package_is_missing_is_one_line(fake_mnist, tmp_path, rung):
+def test_an_accelerator_whose_package_is_missing_is_one_line(fake_mnist, tmp_path, capsys, rung):
     # Lightning knows "tpu" but needs torch_xla for it, and raises an ImportError as it builds the accelerator.
     flags = ["--data_dir", str(fake_mnist), "--output_dir", str(tmp_path / "x"), "--accelerator", "tpu"]
-    assert "torch_xla" in error_line(run_script(RUNG_FILES[rung].name, *flags))
+    assert "torch_xla" in error_line(run_in_process(capsys, RUNG_FILES[rung].name, *flags))
 
 
 @pytest.mark.parametrize("rung", ["plain", "fabric", "trainer", "product"])
-def test_every_rung_applies_and_records_the_float32_matmul_precision(fake_mnist, tmp_path, monkeypatch, rung):
+def test_every_rung_applies_and_records_the_float32_matmul_precision(fake_mnist, tmp_path, rung):
     data = "--data." if rung == "product" else "--"
     flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]
     flags += ["--max_epochs", "1", "--float32_matmul_precision", "medium", "--output_dir", str(tmp_path / rung)]
-    try:
+    with torch_settings_kept():
         if rung == "product":  # scripts/train.py
-            train_run(*flags, "--enable_progress_bar", "false")
+            assert train_main([*flags, "--enable_progress_bar", "false"]) == 0
             assert "float32_matmul_precision: medium" in (tmp_path / rung / "config.yaml").read_text()
-        else:  # in this process, to see the setting it leaves; its folder on sys.path, as `python scripts/...`
-            monkeypatch.syspath_prepend(str(SCRIPTS))
-            monkeypatch.setattr(sys, "argv", [str(RUNG_FILES[rung]), *flags])
-            runpy.run_path(str(RUNG_FILES[rung]), run_name="__main__")
+        else:
+            assert run_main_block(RUNG_FILES[rung].name, *flags) is None
             metrics = json.loads((tmp_path / rung / "metrics.json").read_text())
             assert metrics["float32_matmul_precision"] == "medium"
         assert torch.get_float32_matmul_precision() == "medium"
-    finally:
-        torch.set_float32_matmul_precision("highest")  # process-wide: the other tests expect torch's default
 
 
 def test_lightnings_matmul_precision_note_is_not_shown(caplog):

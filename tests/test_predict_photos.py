@@ -23,11 +23,12 @@ from PIL import Image
 from test_preprocessing import KINDS, mnist_test_set, pixel_art, scan
 from torchvision.datasets import MNIST
 
+from mnist_lightning import datamodule as mnist_data  # (names a data module of one's own may lack: read in tests)
 from mnist_lightning.core import export
 from mnist_lightning.core.checkpoints import load_checkpoint
 from mnist_lightning.core.predict import main
 from mnist_lightning.core.train import main as train_main
-from mnist_lightning.datamodule import DATASETS, MNISTDataModule
+from mnist_lightning.datamodule import MNISTDataModule
 from mnist_lightning.digit_files import NothingToPredict, UnreadableFile
 from mnist_lightning.preprocessing import STEPS, to_mnist_digit, to_model_input
 
@@ -213,7 +214,9 @@ def test_photo_like_pictures_are_read_within_3_points_of_mnist_form(real_ckpt, r
     write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
 
     from_pictures = predictions_of(predict(real_ckpt, *paths, tmp_path=tmp_path), paths)
-    in_mnist_form = [row["prediction"] for row in predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)]
+    in_mnist_form = [
+        row["prediction"] for row in predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
+    ]
     correct = np.array([predicted == label for predicted, label in zip(from_pictures, labels[chosen], strict=True)])
     reference = np.array([predicted == label for predicted, label in zip(in_mnist_form, labels[chosen], strict=True)])
     assert abs(correct.mean() - reference.mean()) <= 0.03
@@ -232,7 +235,9 @@ def test_pen_drawn_digits_are_read_within_3_points_of_mnist_form(real_ckpt, real
     paths = save_pictures(tmp_path / kind, [KINDS[kind](images[i], rng) for i in chosen])
     write_idx(tmp_path / "same-digits-idx3-ubyte", images[chosen])
     from_pictures = predictions_of(predict(real_ckpt, *paths, tmp_path=tmp_path), paths)
-    in_mnist_form = [row["prediction"] for row in predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)]
+    in_mnist_form = [
+        row["prediction"] for row in predict(real_ckpt, tmp_path / "same-digits-idx3-ubyte", tmp_path=tmp_path)
+    ]
     correct = np.mean([predicted == label for predicted, label in zip(from_pictures, labels[chosen], strict=True)])
     reference = np.mean([predicted == label for predicted, label in zip(in_mnist_form, labels[chosen], strict=True)])
     assert correct >= reference - 0.03
@@ -277,7 +282,7 @@ def test_read_file_gives_model_inputs_from_idx_files_and_pictures(fake_mnist, tm
 
 def test_the_preprocessing_it_describes_is_its_own_normalization():
     spec = MNISTDataModule(dataset="kmnist").preprocessing()  # for export's preprocessing.json
-    assert (spec["normalize"]["mean"], spec["normalize"]["std"]) == DATASETS["kmnist"][1:]
+    assert (spec["normalize"]["mean"], spec["normalize"]["std"]) == mnist_data.DATASETS["kmnist"][1:]
     assert spec["from_picture"]["steps"] and "from_mnist_digit" in spec
 
 

@@ -17,12 +17,9 @@ from .model import SimpleNN
 
 
 class Classifier(LightningModule):
-    """Classify samples with a network trained by cross-entropy (no device code), built for the data's input_shape
-    and num_classes (its arguments without a default: the data module gives them).
-
-    The task is this module's: the metrics it logs are what the epoch lines, metrics.json and the results line show;
-    ``monitor`` and ``mode`` (ModelCheckpoint's) say which epoch's weights are best, which the run tests;
-    ``predict_step`` gives predict.py's columns, and ``forward`` on ``example_input_array`` is what export.py exports.
+    """Classify samples with a network trained by cross-entropy (no device code). The task is this module's: what it
+    logs, which epoch is best (``monitor``, ``mode``), what predict.py writes (``predict_step``) and what export.py
+    exports (``forward`` on ``example_input_array``); the data module gives the arguments without a default.
 
     Args:
         net: The network, built as net(input_shape, num_classes): --net my_package.MyCNN --net.width 32.
@@ -51,6 +48,11 @@ class Classifier(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])  # cli.py records the network's class path
         self.net = net(tuple(input_shape), num_classes)
+        with torch.no_grad():  # one score per class, or the first step fails (on a GPU, as a device-side assert)
+            scores = self.net.eval()(self.example_input_array).shape[1:]
+        if scores != (num_classes,):
+            raise MisconfigurationException(f"{type(self.net).__name__} gives {list(scores)} scores, not {num_classes}.")
+        self.net.train()
         # A metric object per stage, as they hold state: means over samples of the loss and of right answers (the
         # accuracy); NaN kept, so that a diverged run shows.
         self.train_loss, self.val_loss, self.val_acc, self.test_loss, self.test_acc = (
@@ -66,25 +68,11 @@ class Classifier(LightningModule):
     def example_input_array(self):  # the model summary's, in the weights' dtype (--precision 16-true)
         return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
-    def setup(self, stage):  # a network of the wrong size is named before any step (on a GPU, a step only asserts)
-        with torch.no_grad():
-            scores = self.net.eval()(self.example_input_array)
-        self.net.train()
-        if scores.shape != (2, self.hparams.num_classes):
-            raise MisconfigurationException(
-                f"The network {type(self.net).__name__} maps {list(self.example_input_array.shape)} to "
-                f"{list(scores.shape)}, not to {self.hparams.num_classes} scores each."
-            )
-
     def on_train_batch_start(self, batch, batch_idx, dataloader_idx=0):  # each stage's first batch: its labels
-        if batch_idx > 0:
-            return
         labels, classes = batch[1], self.hparams.num_classes
-        if not (labels.dtype == torch.long and ((labels >= 0) & (labels < classes)).all()):
-            raise MisconfigurationException(
-                f"The first {self.trainer.state.stage} batch holds {labels.dtype} labels from {labels.min()} to "
-                f"{labels.max()}: a label of this task is an int64 class index below num_classes, {classes}."
-            )
+        if batch_idx == 0 and not (labels.dtype == torch.long and 0 <= labels.min() <= labels.max() < classes):
+            stage, got = self.trainer.state.stage, f"{labels.dtype} labels {labels.min()} to {labels.max()}"
+            raise MisconfigurationException(f"The first {stage} batch has {got}, not int64 classes 0 to {classes - 1}.")
 
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
 
