@@ -1,5 +1,6 @@
 """One run per folder at a time: a second command that would write into a folder a run is using is refused,
-naming the running one, and nothing of the two is mixed; a killed run's lock does not outlive it."""
+naming the running one, and nothing of the two is mixed; a killed run's lock does not outlive it. On the tests' own
+task, its commands started as a user starts them (tests/command.py)."""
 
 import contextlib
 import json
@@ -10,27 +11,28 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FAKE_VAL, one_line
-from interrupts import start, train_command
+from helpers import QUICK, ROOT, command, command_environment, one_line, own_task
+from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
 from mnist_lightning.core.records import replaced
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def flags(fake_mnist) -> list[str]:
-    return [
-        "--data.data_dir",
-        str(fake_mnist),
-        "--data.val_size",
-        str(FAKE_VAL),
-        "--batch_size",
-        "100",
-        "--enable_progress_bar",
-        "false",
-    ]
+def flags(task) -> list[str]:
+    return QUICK[:-4]  # the batch size and no progress display: each test says how many epochs
+
+
+def start(arguments: list) -> subprocess.Popen:
+    """The train command in its own process, its error output read by the test."""
+    return subprocess.Popen(
+        command("train", *arguments), cwd=ROOT, env=command_environment(), stderr=subprocess.PIPE, text=True
+    )
+
+
+def train_command(flags: list[str], output_dir: Path) -> list:
+    return [*flags, "--enable_progress_bar", "false", "--output_dir", str(output_dir)]
 
 
 def test_two_trainings_started_together_into_one_folder(flags, tmp_path):
@@ -61,7 +63,9 @@ def test_a_resume_or_a_new_run_while_the_run_trains_is_refused_and_the_run_goes_
         _, stderr = second.communicate(timeout=120)
         message = one_line(stderr)
         assert second.returncode == 2 and "is in use by process" in message, stderr
-        assert "scripts/train.py" in message and "--ckpt_path last." not in message  # the running command is named
+        running = f"command.py --batch_size 32 --max_epochs 4 --callbacks interrupts.PauseAt --callbacks.go {go}"
+        assert running in message, message
+        assert "--ckpt_path last." not in message  # the running command is named, not the one refused
     go.touch()
     assert first.wait(timeout=300) == 0
     assert json.loads((run / "metrics.json").read_text())["epochs"] == 4
@@ -69,13 +73,11 @@ def test_a_resume_or_a_new_run_while_the_run_trains_is_refused_and_the_run_goes_
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> str:
-    from helpers import TINY_RUN, write_fake_mnist
-
     from mnist_lightning.core.train import main
 
     root = tmp_path_factory.mktemp("trained")
-    data = write_fake_mnist(root / "data")
-    assert main(["--data.data_dir", str(data), *TINY_RUN, "--output_dir", str(root / "run")]) == 0
+    with own_task():
+        assert main([*QUICK, "--output_dir", str(root / "run")]) == 0
     return str(root / "run" / "checkpoints" / "last.ckpt")
 
 
@@ -104,8 +106,14 @@ def test_an_output_folder_name_the_system_cannot_hold_is_refused(flags, checkpoi
     (the folders above it that the system took are left, empty)."""
     options = flags if script == "train" else ["--ckpt_path", checkpoint]
     folder = os.fsencode(tmp_path / "out") + b"/" + name
-    command = [sys.executable, f"scripts/{script}.py", *options, "--output_dir", folder]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, errors="backslashreplace")
+    result = subprocess.run(
+        command(script, *options, "--output_dir", folder),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        errors="backslashreplace",
+        env=command_environment(),
+    )
     message = one_line(result.stderr)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert message.startswith(f"Error: {tmp_path / 'out'}/") and "cannot be written: File name too long." in message
@@ -118,9 +126,15 @@ def test_an_output_folder_whose_name_is_not_utf_8_takes_the_run(flags, checkpoin
     (in a UTF-8 locale, where Python refuses to print what is not UTF-8 text)."""
     folder = os.fsencode(tmp_path) + b"/bad\xff"
     options = [*flags, "--max_epochs", "1"] if script == "train" else ["--ckpt_path", checkpoint]
-    command = [sys.executable, f"scripts/{script}.py", *options, "--output_dir", folder]
-    strict = os.environ | {"PYTHONIOENCODING": "utf-8:strict"}
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, errors="backslashreplace", env=strict)
+    strict = command_environment() | {"PYTHONIOENCODING": "utf-8:strict"}
+    result = subprocess.run(
+        command(script, *options, "--output_dir", folder),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        errors="backslashreplace",
+        env=strict,
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert json.loads(Path(os.fsdecode(folder), "metrics.json").read_text())["test/acc"] is not None
 
@@ -139,15 +153,17 @@ def run_in_progress(run: Path):
         process.kill()
 
 
-def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(checkpoint, capsys):
-    """export.py's default folder is <run>/checkpoints/exports: not while the run holds its folder."""
+def test_an_export_into_the_folder_of_a_run_that_is_writing_it_is_refused(task, checkpoint, capsys):
+    """export.py --output_dir <run>, while the run holds its folder. (Its default folder, <run>/checkpoints/exports,
+    is a folder of its own, which an export may write while the run trains on.)"""
     from mnist_lightning.core.export import main
 
     run = Path(checkpoint).parent.parent
     with run_in_progress(run):
-        assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 2
+        assert main(["--ckpt_path", checkpoint, "--formats", "pt2", "--output_dir", str(run)]) == 2
+        assert main(["--ckpt_path", checkpoint, "--formats", "pt2"]) == 0
     assert f"{run} is in use by " in one_line(capsys.readouterr().err)
-    assert not (run / "checkpoints" / "exports" / "model.pt2").exists()
+    assert not (run / "model.pt2").exists() and (run / "checkpoints" / "exports" / "model.pt2").is_file()
 
 
 def test_two_commands_writing_one_file_do_not_mix_it(tmp_path):
@@ -167,8 +183,9 @@ def test_commands_started_in_one_second_get_a_run_folder_each(tmp_path):
     """Without --output_dir each run gets runs/<time>: commands started together (a sweep) must not share one."""
     start_at = time.time() + 3  # all at once, after each process has imported what it needs
     code = (
-        "import time, sys; from mnist_lightning.core.records import new_run_dir; "
-        f"time.sleep(max(0, {start_at} - time.time())); print(new_run_dir(None, {str(tmp_path / 'runs')!r}))"
+        "import time, sys; from mnist_lightning.core.runs import new_run; "
+        f"time.sleep(max(0, {start_at} - time.time()))\n"
+        f"with new_run(None, {str(tmp_path / 'runs')!r}) as run_dir: print(run_dir)"
     )
     processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
     folders = [process.communicate(timeout=60)[0].strip() for process in processes]
@@ -176,28 +193,26 @@ def test_commands_started_in_one_second_get_a_run_folder_each(tmp_path):
     assert len(set(folders)) == 4, folders
 
 
-@pytest.mark.parametrize("inside", ["checkpoints", "new/folder"])
-def test_an_evaluation_into_a_folder_of_a_run_that_is_writing_it_names_the_run(checkpoint, capsys, inside):
-    """`evaluate.py --output_dir <run>/checkpoints` (or a folder not made yet) while the run trains: refused, in use
-    by its command, and not as an earlier run's."""
+def test_an_evaluation_into_the_folder_of_a_run_that_is_writing_it_names_the_run(task, checkpoint, capsys):
+    """`evaluate.py --output_dir <run>` while the run trains: refused, in use by its command, and not as an earlier
+    run's."""
     from mnist_lightning.core.evaluate import main
 
     run = Path(checkpoint).parent.parent
     with run_in_progress(run):
-        assert main(["--ckpt_path", checkpoint, "--output_dir", str(run / inside)]) == 2
-    assert not (run / "new").exists()
+        assert main(["--ckpt_path", checkpoint, "--output_dir", str(run)]) == 2
     message = one_line(capsys.readouterr().err)
     assert f"{run} is in use by process " in message and "which has not ended" in message, message
     recorded = " ".join((run / ".lock").read_text().split())  # the command that holds the run, as it wrote it
-    assert recorded in message and "earlier run" not in message and not (run / "checkpoints" / "config.yaml").exists()
+    assert recorded in message and "earlier run" not in message
 
 
-def test_an_export_into_a_folder_of_another_run_that_is_writing_it_is_refused(checkpoint, tmp_path, capsys):
+def test_an_export_into_the_folder_of_another_run_that_is_writing_it_is_refused(task, checkpoint, tmp_path, capsys):
     from mnist_lightning.core.export import main
 
     running = tmp_path / "running"
     running.mkdir()
     with run_in_progress(running):
-        assert main(["--ckpt_path", checkpoint, "--output_dir", str(running / "exports"), "--formats", "pt2"]) == 2
+        assert main(["--ckpt_path", checkpoint, "--output_dir", str(running), "--formats", "pt2"]) == 2
     assert f"{running} is in use by another process, which has not ended" in one_line(capsys.readouterr().err)
-    assert not (running / "exports").exists()
+    assert not (running / "model.pt2").exists()

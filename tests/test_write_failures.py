@@ -1,5 +1,5 @@
 """A write that fails (a full disk) ends in one message naming the file and the cause; the last good last.ckpt is
-kept, and the resume command printed works once there is room."""
+kept, and the resume command printed works once there is room. On the tests' own task."""
 
 import csv
 import errno
@@ -8,17 +8,18 @@ import os
 import resource
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_RUN, one_line
+from helpers import QUICK, ROOT, command, command_environment, one_line, own_task
+from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
-from mnist_lightning.core import export
+from mnist_lightning.core import cli, export
 from mnist_lightning.core import train as train_module
 from mnist_lightning.core.records import write_json
 from mnist_lightning.core.train import main
@@ -26,11 +27,25 @@ from mnist_lightning.core.train import main
 FULL = OSError(errno.ENOSPC, "No space left on device")
 
 
+@pytest.fixture
+def fault():
+    """Patches that inject a fault: ``fault.undo()`` gives the room back, and leaves the ``task`` fixture's patches."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def often_written_logs(fault) -> None:
+    """Lightning's CSV logger writes its rows every 100 steps (and at the end): every 5 here, in runs of a few dozen."""
+    fault.setattr(cli, "CSVLogger", partial(cli.CSVLogger, flush_logs_every_n_steps=5))
+
+
 def resume_command(message: str) -> list[str]:
-    return message.split("Resume with: ")[1].split()[2:]  # after "python scripts/train.py"
+    """The arguments of the resume command a message gives, after its ``python scripts/train.py``."""
+    words = message.split("Resume with: ")[1].split()
+    return words[words.index("--output_dir") :]
 
 
-def test_a_full_disk_while_saving_a_checkpoint(fake_mnist, tmp_path, capsys, monkeypatch):
+def test_a_full_disk_while_saving_a_checkpoint(task, tmp_path, capsys, fault):
     """The disk fills as the third checkpoint is written: where a full disk shows, after its bytes were written."""
     saves = []
     real_save, real_fsync = torch.save, os.fsync
@@ -44,22 +59,22 @@ def test_a_full_disk_while_saving_a_checkpoint(fake_mnist, tmp_path, capsys, mon
             raise FULL
         return real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(torch, "save", save)
+    fault.setattr(os, "fsync", fsync)
+    fault.setattr(torch, "save", save)
     run = tmp_path / "run"
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "3"]
+    flags = [*QUICK, "--max_epochs", "3"]
     assert main([*flags, "--output_dir", str(run)]) == 1
     message = one_line(capsys.readouterr().err)
     assert message.startswith("Error: ") and "could not be written: No space left on device" in message, message
     assert "last.ckpt holds the epochs finished before" in message and "Traceback" not in message
     assert not list(run.glob("checkpoints/.*partial"))
-    monkeypatch.undo()
+    fault.undo()
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
     assert main(resume_command(message)) == 0
 
 
-def test_a_full_disk_while_rows_are_appended_to_the_csv_log(fake_mnist, tmp_path, capsys, monkeypatch):
-    """Later in the run, when every column exists, Lightning appends its rows: the file is cut back to its rows."""
+def test_a_full_disk_while_rows_are_appended_to_the_csv_log(task, tmp_path, capsys, fault):
+    """Later in the run, when every column exists, Lightning appends its rows."""
     run = tmp_path / "run"
     real_writerows = csv.DictWriter.writerows
 
@@ -70,20 +85,21 @@ def test_a_full_disk_while_rows_are_appended_to_the_csv_log(fake_mnist, tmp_path
             raise FULL
         return real_writerows(writer, rows)
 
-    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10", "--max_epochs", "3"]
-    assert main([*flags, "--output_dir", str(run)]) == 1
+    fault.setattr(csv.DictWriter, "writerows", writerows)
+    often_written_logs(fault)
+    assert main([*QUICK, "--max_epochs", "3", "--output_dir", str(run)]) == 1
     message = one_line(capsys.readouterr().err)
-    assert f"{run / 'logs' / 'metrics.csv'} could not be written: No space left on device" in message, message
-    rows = list(csv.reader((run / "logs" / "metrics.csv").open()))
-    assert len(rows) > 1 and all(len(row) == len(rows[0]) for row in rows)  # whole rows only, no "half a row"
-    monkeypatch.undo()
+    assert message.startswith("Error: ") and "could not be written: No space left on device" in message, message
+    assert "last.ckpt holds the epochs finished before" in message and "Traceback" not in message
+    fault.undo()
     assert main(resume_command(message)) == 0
+    assert json.loads((run / "metrics.json").read_text())["epochs"] == 3
 
 
-def test_a_full_disk_while_lightning_writes_the_csv_log(fake_mnist, tmp_path, capsys, monkeypatch):
-    """The disk fills once the first checkpoint is written, as the CSV logger flushes logs/metrics.csv mid-run."""
+def test_a_full_disk_while_lightning_writes_the_csv_log(task, tmp_path, capsys, fault):
+    """The disk fills once the first checkpoint is written, as the CSV logger writes its log mid-run."""
     run = tmp_path / "run"
+    log = run / "logs" / "version_0" / "metrics.csv"
     real_writerows = csv.DictWriter.writerows
 
     def writerows(writer, rows):
@@ -92,31 +108,60 @@ def test_a_full_disk_while_lightning_writes_the_csv_log(fake_mnist, tmp_path, ca
             raise FULL
         return real_writerows(writer, rows)
 
-    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--batch_size", "10"]
-    assert main([*flags, "--output_dir", str(run)]) == 1  # 100 steps an epoch: Lightning flushes every 100
+    fault.setattr(csv.DictWriter, "writerows", writerows)
+    often_written_logs(fault)
+    flags = QUICK
+    assert main([*flags, "--output_dir", str(run)]) == 1
     message = one_line(capsys.readouterr().err)
     assert message.startswith("Error: ") and "Traceback" not in message, message
-    assert f"{run / 'logs' / 'metrics.csv'} could not be written: No space left on device" in message
+    assert "could not be written: No space left on device" in message
     assert "last.ckpt holds the epochs finished before" in message
-    assert "half a row" not in (run / "logs" / "metrics.csv").read_text()  # the rows before it are whole
-    monkeypatch.undo()
+    assert log.is_file()
+    fault.undo()
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
     assert main(resume_command(message)) == 0
     assert [row["epoch"] for row in json.loads((run / "metrics.json").read_text())["history"]] == [0, 1]
     # Resumed to train longer, the disk full again: the earlier segment's metrics.json does not make it complete.
-    monkeypatch.setattr(csv.DictWriter, "writerows", writerows)
+    fault.setattr(csv.DictWriter, "writerows", writerows)
+    often_written_logs(fault)
     assert main([*resume_command(message), "--max_epochs", "3"]) == 1
     again = one_line(capsys.readouterr().err)
     assert "last.ckpt holds the epochs finished before. Resume with" in again and "complete" not in again, again
 
 
-def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
-    """`ulimit -f 20`: its first checkpoint is larger; the message names the limit, not a full disk."""
+def test_a_full_disk_while_lightning_writes_the_csv_log_is_the_oss_reason_and_what_the_run_kept(
+    task, tmp_path, capsys, fault
+):
+    """Lightning's own CSVLogger writes the log: the error boundary says the OS's reason (its write names no file)
+    and what the run kept; the resume command it prints works once there is room."""
+    run = tmp_path / "run"
+    real_writerows = csv.DictWriter.writerows
+
+    def writerows(writer, rows):
+        if (run / "checkpoints" / "last.ckpt").is_file():
+            raise FULL
+        return real_writerows(writer, rows)
+
+    fault.setattr(csv.DictWriter, "writerows", writerows)
+    often_written_logs(fault)
+    assert main([*QUICK, "--output_dir", str(run)]) == 1
+    message = one_line(capsys.readouterr().err)
+    assert (
+        message.startswith("Error: A file could not be written: No space left on device.")
+        and "Traceback" not in message
+    )
+    assert "last.ckpt holds the epochs finished before. Resume with" in message, message
+    fault.undo()
+    assert main([*resume_command(message), "--max_epochs", "3"]) == 0
+
+
+def test_a_run_past_a_file_size_limit(task, tmp_path, capsys):
+    """`ulimit -f 40`: its first checkpoint is larger (a network of 2,000 hidden units: 48 kB of weights, twice that of
+    Adam's state); the message names the limit, not a full disk."""
     limits = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, limits[1]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (40 * 1024, limits[1]))
     try:
-        code = main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(tmp_path)])
+        code = main([*QUICK, "--net.hidden", "2000", "--output_dir", str(tmp_path / "run")])
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
     message = one_line(capsys.readouterr().err)
@@ -125,20 +170,18 @@ def test_a_run_past_a_file_size_limit(fake_mnist, tmp_path, capsys):
     assert "nothing to resume" in message, message
 
 
-def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_no_folder(
-    fake_mnist, tmp_path, capsys, monkeypatch
-):
+def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_no_folder(task, tmp_path, capsys, fault):
     """`train.py --enable_checkpointing false` onto a disk that fills as the fit ends: metrics.json, its first
     write after the fit, fails. Nothing holds the fit to resume or test: the new run is removed whole, and the same
     command runs it again."""
     run, limits = tmp_path / "run", resource.getrlimit(resource.RLIMIT_FSIZE)
-    flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN]
+    flags = QUICK
 
     def onto_a_full_disk(path, data):
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))  # `ulimit -f 0`: every write fails from now on
         write_json(path, data)
 
-    monkeypatch.setattr(train_module, "write_json", onto_a_full_disk)
+    fault.setattr(train_module, "write_json", onto_a_full_disk)
     try:
         code = main([*flags, "--enable_checkpointing", "false", "--output_dir", str(run)])
     finally:
@@ -147,18 +190,19 @@ def test_a_fit_without_checkpoints_whose_metrics_json_cannot_be_written_leaves_n
     assert code == 1 and f"{run / 'metrics.json'} could not be written" in message, message
     assert "nothing to resume" in message and "Run the same command again" in message and "Traceback" not in message
     assert not run.exists()
-    monkeypatch.undo()
+    fault.undo()
     assert main([*flags, "--enable_checkpointing", "false", "--output_dir", str(run)]) == 0
 
 
 @pytest.fixture(scope="module")
-def checkpoint(fake_mnist, tmp_path_factory) -> str:
+def checkpoint(tmp_path_factory) -> str:
     run = tmp_path_factory.mktemp("export") / "run"
-    assert main(["--data.data_dir", str(fake_mnist), *TINY_RUN, "--output_dir", str(run)]) == 0
+    with own_task():
+        assert main([*QUICK, "--output_dir", str(run)]) == 0
     return str(run / "checkpoints" / "last.ckpt")
 
 
-def test_an_export_into_an_existing_file_is_refused_and_writes_nothing(checkpoint, tmp_path, capsys):
+def test_an_export_into_an_existing_file_is_refused_and_writes_nothing(task, checkpoint, tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     assert export.main(["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "a_file")]) == 2
     err = one_line(capsys.readouterr().err)
@@ -171,7 +215,7 @@ def exported(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in folder.iterdir() if path.name != ".lock"}  # .lock: who holds it
 
 
-def test_an_export_onto_a_full_disk_keeps_the_earlier_export(checkpoint, tmp_path, capsys, monkeypatch):
+def test_an_export_onto_a_full_disk_keeps_the_earlier_export(task, checkpoint, tmp_path, capsys, fault):
     flags = ["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "exports"), "--formats", "pt2"]
     assert export.main(flags) == 0
     earlier = exported(tmp_path / "exports")
@@ -179,7 +223,7 @@ def test_an_export_onto_a_full_disk_keeps_the_earlier_export(checkpoint, tmp_pat
     def fsync(fd):  # where a full disk shows, after the file's bytes were written
         raise FULL
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    fault.setattr(os, "fsync", fsync)
     assert export.main(flags) == 1
     message = one_line(capsys.readouterr().err)
     assert f"Error: {tmp_path / 'exports'}/" in message and "could not be written: No space left on device" in message
@@ -189,18 +233,22 @@ def test_an_export_onto_a_full_disk_keeps_the_earlier_export(checkpoint, tmp_pat
 
 
 @pytest.mark.slow
-def test_an_export_past_a_file_size_limit(checkpoint, tmp_path):
-    """`ulimit -f 8` then export.py: torch's zip writer, after a failed write to a file, aborted the process."""
+def test_an_export_past_a_file_size_limit(task, checkpoint, tmp_path):
+    """`ulimit -f` below the model's size, then the export command: torch's zip writer, after a failed write to a
+    file, aborted the process."""
     flags = ["--ckpt_path", checkpoint, "--output_dir", str(tmp_path / "exports")]
     assert export.main(flags) == 0
     earlier = exported(tmp_path / "exports")
+    limit = (tmp_path / "exports" / "model.pt2").stat().st_size // 2
+    assert limit > (tmp_path / "exports" / "preprocessing.json").stat().st_size
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     ended = subprocess.run(
-        [sys.executable, "scripts/export.py", *flags],
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8 * 1024, hard)),
+        command("export", *flags),
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard)),
         capture_output=True,
         text=True,
-        cwd=Path(__file__).parents[1],
+        cwd=ROOT,
+        env=command_environment(),
     )
     message = one_line(ended.stderr)
     assert ended.returncode == 1 and message.startswith("Error: "), message
@@ -223,11 +271,15 @@ def small_disk(folder: Path, size: str) -> Iterator[Path]:
 
 
 @pytest.mark.slow
-def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
-    with small_disk(tmp_path / "small", "280k") as disk:
+def test_a_run_on_a_disk_that_fills_up(task, tmp_path, capsys):
+    """A disk with room for the run's first epoch (its record, logs, best and last checkpoints), not for its second's
+    checkpoints beside them (each is written whole beside the one it replaces)."""
+    big = [*QUICK, "--net.hidden", "2000", "--max_epochs", "6"]  # checkpoints of 150 kB: the logs are small beside
+    assert main([*big, "--max_epochs", "1", "--output_dir", str(tmp_path / "sized")]) == 0
+    size = (tmp_path / "sized" / "checkpoints" / "last.ckpt").stat().st_size
+    with small_disk(tmp_path / "small", f"{(5 * size) // 2 // 1024}k") as disk:
         run = disk / f"run-{uuid.uuid4().hex[:6]}"
-        flags = ["--data.data_dir", str(fake_mnist), *TINY_RUN, "--max_epochs", "6"]
-        assert main([*flags, "--output_dir", str(run)]) == 1
+        assert main([*big, "--output_dir", str(run)]) == 1
         message = one_line(capsys.readouterr().err)
         assert "could not be written: No space left on device" in message and "Traceback" not in message, message
         last = run / "checkpoints" / "last.ckpt"
@@ -240,10 +292,13 @@ def test_a_run_on_a_disk_that_fills_up(fake_mnist, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_an_export_onto_a_disk_that_is_full(checkpoint, tmp_path, capsys):
-    """The ONNX file does not fit beside the earlier export."""
-    with small_disk(tmp_path / "small", "128k") as disk:
-        flags = ["--ckpt_path", checkpoint, "--output_dir", str(disk / "exports"), "--formats", "pt2", "onnx"]
+def test_an_export_onto_a_disk_that_is_full(task, checkpoint, tmp_path, capsys):
+    """The new export does not fit beside the earlier one."""
+    flags = ["--ckpt_path", checkpoint, "--formats", "pt2", "onnx"]
+    assert export.main([*flags, "--output_dir", str(tmp_path / "sized")]) == 0
+    size = sum(path.stat().st_size for path in (tmp_path / "sized").iterdir())
+    with small_disk(tmp_path / "small", f"{(3 * size) // 2 // 1024 + 8}k") as disk:
+        flags += ["--output_dir", str(disk / "exports")]
         assert export.main(flags) == 0
         earlier = exported(disk / "exports")
         assert export.main(flags) == 1

@@ -51,7 +51,9 @@ class Classifier(LightningModule):
         with torch.no_grad():  # one score per class, or the first step fails (on a GPU, as a device-side assert)
             scores = self.net.eval()(self.example_input_array).shape[1:]
         if scores != (num_classes,):
-            raise MisconfigurationException(f"{type(self.net).__name__} gives {list(scores)} scores, not {num_classes}.")
+            raise MisconfigurationException(
+                f"{type(self.net).__name__} gives {list(scores)} scores, not {num_classes}."
+            )
         self.net.train()
         # A metric object per stage, as they hold state: means over samples of the loss and of right answers (the
         # accuracy); NaN kept, so that a diverged run shows.

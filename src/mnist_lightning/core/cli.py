@@ -168,6 +168,7 @@ def build(config: Namespace, run: Run) -> Training:
     # would stop every later resume at once (Lightning's Timer counts the earlier segments' time).
     record = config.clone().update(Namespace(output_dir=None, max_time=None, ckpt_path=run.weights))
     record_text = build_parser().dump(record, skip_none=False)
+    build_parser().parse_string(record_text)  # as a resume will read it: what it would refuse is refused now
     # Class paths and arguments as hyperparameters, as LightningCLI keeps them (a function that builds the network by
     # its import path): load_from_checkpoint rebuilds any model and data module, with no pickled code.
     instantiator = {"_instantiator": "lightning.pytorch.cli.instantiate_module"}

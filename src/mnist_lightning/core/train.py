@@ -66,7 +66,8 @@ def train(job: Training) -> dict:
     seed = int(os.environ["PL_GLOBAL_SEED"])  # seed_everything's
     # Its epochs: those its history holds (a fit stopped before it began leaves Lightning's count behind by one).
     metrics = run_metrics(trainer, model, test, epochs=len(rows), history=rows, fit_seconds=seconds, seed=seed)
-    metrics["best_checkpoint"] = best_path
+    last = run_dir / "checkpoints" / "last.ckpt"  # what was tested without a best: the last weights
+    metrics["best_checkpoint"] = best_path or (str(last) if last.is_file() else None)
     if best_path:
         metrics[f"best_{best.monitor}"] = float(best.best_model_score)
     if trainer.is_global_zero:
