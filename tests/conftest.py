@@ -4,6 +4,7 @@ and real MNIST when available (for the example's tests); GPU tests skip."""
 import os
 import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,18 @@ def signal_handlers():
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """torch on one thread for each test: the tests' networks are tiny, and on a busy machine (2 cores shared with
+    other work) torch's threads waiting for each other made each run of them three times as slow."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture

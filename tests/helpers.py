@@ -49,21 +49,6 @@ def own_task(model: str = "tasks.Classify", data: str = "own_data.Points") -> It
             build_parser.cache_clear()
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """torch on one thread for the test (imported by a test file, it is autouse there): the tests' networks are tiny,
-    and on a busy machine (2 cores shared with other work) torch's threads waiting for each other made each run of
-    them three times as slow (2.8 s against 0.8 s)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def command(name: str, *args: str | os.PathLike | bytes) -> list:
     """A command of the project as a user starts it, ``python tests/command.py train|evaluate|predict|export ARGS``:
     core/ with the task that TEST_MODEL and TEST_DATA_MODULE name (the ``task`` fixture sets them)."""

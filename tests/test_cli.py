@@ -10,7 +10,6 @@ import pytest
 import torch
 import yaml
 from helpers import QUICK, ROOT, one_line
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from helpers import QUICK, ROOT, command, command_environment, one_line, own_task
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
 from mnist_lightning.core.records import replaced
 

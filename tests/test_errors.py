@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import QUICK, one_line
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from tasks import Classify
 

@@ -8,7 +8,6 @@ import gzip
 import example
 import pytest
 from helpers import TINY_RUN, one_line
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 from test_errors import assert_clean_failure
 from torchvision.datasets import MNIST
 

@@ -18,7 +18,6 @@ import pytest
 import torch
 import yaml
 from helpers import ROOT, TINY_RUN, one_line
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 import yaml
 from helpers import QUICK, STEPS_PER_EPOCH, one_line, own_task
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
 from mnist_lightning.core import evaluate, predict
 from mnist_lightning.core.resume import fingerprint, resume_hint

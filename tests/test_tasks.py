@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import QUICK, STEPS_PER_EPOCH, one_line, own_task
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
 from mnist_lightning.core import evaluate, export, predict
 from mnist_lightning.core.checkpoints import load_checkpoint

@@ -16,7 +16,6 @@ import pytest
 import torch
 import yaml
 from helpers import QUICK, ROOT, STEPS_PER_EPOCH, command, command_environment, one_line, train_run
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
 from mnist_lightning.core.train import main
 

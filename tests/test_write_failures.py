@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import QUICK, ROOT, command, command_environment, one_line, own_task
-from helpers import one_thread as one_thread  # a fixture, autouse here: torch on one thread
 
 from mnist_lightning.core import cli, export
 from mnist_lightning.core import train as train_module
