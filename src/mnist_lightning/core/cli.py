@@ -85,8 +85,8 @@ class Parser(ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-@cache  # one parser per process: parsing, building the classes and saving the record share it
-def build_parser() -> ArgumentParser:
+@cache  # one parser per process (and default data module): parsing, building and saving the record share it
+def build_parser(data_module: str | None = None) -> ArgumentParser:
     set_loader("yaml", checks.load_yaml, exceptions=(yaml.YAMLError,))  # config files: duplicate keys refused
     parser = Parser(description="Train a network, then test its best checkpoint.", exit_on_error=False)
     parser.add_argument("--config", action=ActionConfigFile, help="A YAML file of options; later flags override it.")
@@ -102,7 +102,7 @@ def build_parser() -> ArgumentParser:
     parser.link_arguments("batch_size", "data.init_args.batch_size")  # every data module takes it
     # The run folder is --output_dir, so Trainer's own default_root_dir would only be a second name for it.
     parser.add_class_arguments(Trainer, None, instantiate=False, skip={"default_root_dir", *vars(Options())})
-    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": classes.DATA_MODULE})
+    parser.set_defaults(TRAINER_DEFAULTS, data={"class_path": data_module or classes.DATA_MODULE})
     return parser
 
 
@@ -120,17 +120,19 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     requeued = os.environ.get("SLURM_RESTART_COUNT", "0") != "0" and "--ckpt_path" not in given
     if requeued and run_dir and (Path(run_dir) / RUN_RECORD).is_file():  # it goes on with its run
         argv, given["--ckpt_path"] = [*argv, "--ckpt_path", "last"], "last"
-    parser = build_parser()
-    if given.get("--ckpt_path") != "last":
-        config = parser.parse_args(argv)
-        if config.ckpt_path == "last":
-            raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
-    elif not run_dir:
-        raise UserError("A resume names the run's folder: --output_dir RUN --ckpt_path last.")
-    else:  # the run's own record, and from the command line what a resume may change
-        record = resume.resumed_record(Path(run_dir))
-        config = parser.parse_args(["--config", str(record), *argv])
-        resume.refuse_changes(yaml.safe_load(parser.dump(config, skip_none=False)), record)
+    if resuming := given.get("--ckpt_path") == "last":  # the run's own record, and what the command line changes
+        if not run_dir:
+            raise UserError("A resume names the run's folder: --output_dir RUN --ckpt_path last.")
+        argv = ["--config", str(record := resume.resumed_record(Path(run_dir))), *argv]
+    config = build_parser().parse_args(argv)
+    # jsonargparse gives a data module by class path the default one's values of its arguments of the same names (by
+    # design, its issue 460: a data_dir of the example's): read again with that data module as the default.
+    if (chosen := config.data.class_path) != classes.DATA_MODULE:
+        config = build_parser(chosen).parse_args(argv)
+    if resuming:
+        resume.refuse_changes(yaml.safe_load(build_parser().dump(config, skip_none=False)), record)
+    elif config.ckpt_path == "last":
+        raise UserError("A resume is `train.py --output_dir RUN --ckpt_path last`, typed: not from a config file.")
     devices.check_gpu(config.accelerator)
     checks.check_launched(config.num_nodes)
     return config
@@ -153,14 +155,16 @@ def build(config: Namespace, run: Run) -> Training:
     torch.set_float32_matmul_precision(config.float32_matmul_precision)
     built = build_parser().instantiate_classes(config)
     datamodule, model_type = built.data, model_class()
-    if missing := [name for name in data_given(model_type) if not hasattr(datamodule, name)]:
+    needed = data_given(model_type)
+    missing = [name for name in needed if not hasattr(datamodule, name)]
+    missing += ["batch_size argument"] * ("batch_size" not in inspect.signature(type(datamodule)).parameters)
+    if missing:
         raise UserError(
-            f"The data module {type(datamodule).__name__} has no {' or '.join(missing)}, which {model_type.__name__} "
-            "takes from it (its arguments without a default): set them in the data module, e.g. in its __init__."
+            f"The data module {type(datamodule).__name__} has no {' or '.join(missing)}: every data module takes the "
+            f"top-level --batch_size, and {model_type.__name__} takes {', '.join(needed)} from it (its arguments "
+            "without a default)."
         )
-    model = model_type(
-        **arguments_of(model_type, built), **{name: getattr(datamodule, name) for name in data_given(model_type)}
-    )
+    model = model_type(**arguments_of(model_type, built), **{name: getattr(datamodule, name) for name in needed})
     checks.check_testable(datamodule, tested=config.limit_test_batches != 0)
     if start := run.resume_from or run.weights:  # a new run from weights has its own optimizer and schedule
         trained = checkpoints.load_weights(model, start)  # resuming: refused now if they no longer fit; Lightning loads
