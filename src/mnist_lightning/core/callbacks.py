@@ -42,7 +42,7 @@ class FirstBatchCheck(Callback):
             f"{tuple(example.shape[1:])} that {type(pl_module).__name__} takes (its example_input_array)."
         )
 
-    on_validation_batch_start = on_test_batch_start = on_train_batch_start
+    on_validation_batch_start = on_test_batch_start = on_predict_batch_start = on_train_batch_start
 
     def on_train_start(self, trainer, pl_module):
         """A validation set without a batch, as soon as it is known: after the sanity check, or the first epoch."""

@@ -12,6 +12,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader  # only with_digit_photos
 
+from .callbacks import FirstBatchCheck
 from .checkpoints import CheckpointOptions, load_with_overrides
 from .checks import no_batch
 from .cli import Parser
@@ -58,7 +59,8 @@ def predict(config: Namespace) -> None:
         file = config.output and stack.enter_context(replaced(config.output))  # whole or not at all, even if stopped
         rows = Rows(lambda text: file.write(text.encode()) if file else print(text, end="", flush=True))
         settings = {"accelerator": config.accelerator, "limit_predict_batches": config.limit_predict_batches}
-        trainer = Trainer(devices=1, logger=False, enable_progress_bar=False, callbacks=[rows], **settings)
+        callbacks = [rows, FirstBatchCheck()]  # the samples of the first batch checked, as in the other stages
+        trainer = Trainer(devices=1, logger=False, enable_progress_bar=False, callbacks=callbacks, **settings)
         what = {"datamodule": data}  # its predict_dataloader
         # with_digit_photos:
         if config.inputs:  # files its data module reads, each row named by its file

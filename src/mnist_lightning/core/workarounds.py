@@ -2,6 +2,8 @@
 applied by :func:`mnist_lightning.core.errors.run_main`, which every entry point goes through."""
 
 import logging
+import signal
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +38,9 @@ def note_sigterm(connector, signum, frame):
     other process makes), and each process then stops after its own batch, leaving the others waiting for it in their
     next collective (Lightning issue #20806). Here it only notes the signal, for one process; under DDP it leaves it
     to the handler it calls next, callbacks.StopTogether's: every process stops after the same batch. Can go once
-    Lightning does that."""
+    Lightning does that. Its predict loop never looks: a prediction stops at once, as a command ended by SIGTERM."""
+    if connector.trainer.predicting:
+        sys.exit(128 + signal.SIGTERM)
     if connector.trainer.world_size == 1:
         connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
