@@ -11,5 +11,7 @@ from mnist_lightning.core import classes
 if __name__ == "__main__":
     classes.MODEL = os.environ.get("TEST_MODEL", classes.MODEL)
     classes.DATA_MODULE = os.environ.get("TEST_DATA_MODULE", classes.DATA_MODULE)
-    command = sys.argv.pop(1)
+    # Lightning starts a DDP run's other processes with this process's sys.argv: they find the command where it was.
+    command = os.environ.get("TEST_COMMAND") or sys.argv.pop(1)
+    os.environ["TEST_COMMAND"] = command
     sys.exit(import_module(f"mnist_lightning.core.{command}").main())

@@ -2,7 +2,10 @@
 what the user does next: paste the command the run printed, or, after kill -9 (which prints nothing), the
 resume command of the README. Repeat until the run finishes; compare it with an uninterrupted run.
 
-The harness of tests/test_faults.py, for any script that interrupts runs: it imports nothing from the tests.
+The harness of tests/test_faults.py and test_ddp_stop.py, for any script that interrupts runs: it imports nothing
+from the tests. The project's train command is ``python tests/command.py train``: scripts/train.py on the task that
+TEST_MODEL and TEST_DATA_MODULE name (the tests' own, from conftest.py's ``task``); a printed or documented
+``python scripts/train.py ...`` is run as that command.
 """
 
 import json
@@ -23,21 +26,35 @@ from lightning.pytorch import Callback
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 RESUME_LINE = re.compile(r"Resume with:\n\s+(.+)")
+TRAIN = ["tests/command.py", "train"]  # scripts/train.py, on the task the environment names
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def train_command(flags: list[str], output_dir: Path) -> list[str]:
-    return [sys.executable, "scripts/train.py", *flags, "--output_dir", str(output_dir)]
+    return [sys.executable, *TRAIN, *flags, "--output_dir", str(output_dir)]
 
 
 def user_environment() -> dict[str, str]:
     """A shell whose ``python`` is this interpreter, as in an activated virtual environment (and which can import
-    this module, for ``--callbacks interrupts.SignalAt``)."""
-    path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    this module, for ``--callbacks interrupts.SignalAt``, and the tests' task)."""
+    path = [str(Path(__file__).parent), str(ROOT / "src"), os.environ.get("PYTHONPATH")]
     return {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": path,
+        "PYTHONPATH": os.pathsep.join(filter(None, path)),
     }
+
+
+def as_run(command: list[str] | str) -> tuple[list[str], dict[str, str]]:
+    """A command line as a POSIX shell runs a simple command: its words (shlex), after the ``NAME=value`` assignments
+    it starts with, which go into its environment; ``python scripts/train.py`` is the project's train command."""
+    words, environment = shlex.split(command) if isinstance(command, str) else list(command), user_environment()
+    while words and ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        environment[name] = value
+    if words[1:2] == ["scripts/train.py"]:
+        words[1:2] = TRAIN
+    return words, environment
 
 
 class SignalAt(Callback):
@@ -133,14 +150,14 @@ class Campaign:
 
 
 def start(command: list[str] | str) -> subprocess.Popen:
-    """Run ``command``; a string is a command line as a user pastes it, split into words the way a POSIX shell
-    splits a simple command (shlex), so that the signals sent later reach python itself and not a shell."""
-    words = shlex.split(command) if isinstance(command, str) else command
+    """Run ``command``; a string is a command line as a user pastes it, run as a POSIX shell runs a simple command
+    (:func:`as_run`), so that the signals sent later reach python itself and not a shell."""
+    words, environment = as_run(command)
     # Started as a user's shell would: Ctrl-C (SIGINT) is delivered, not ignored as in a background job.
     return subprocess.Popen(
         words,
         cwd=ROOT,
-        env=user_environment(),
+        env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -216,20 +233,17 @@ def compare_runs(interrupted: Path, whole: Path) -> dict:
     weight_difference = max((a[key].float() - b[key].float()).abs().max().item() for key in a)
     ma = json.loads((whole / "metrics.json").read_text())
     mb = json.loads((interrupted / "metrics.json").read_text())
+    logged = sorted({key for row in ma["history"] for key in row} - {"epoch", "seconds"})  # what the model logs
     history = (
-        {
-            key: max(abs(x[key] - y[key]) for x, y in zip(ma["history"], mb["history"], strict=True))
-            for key in ("train/loss", "val/loss", "val/acc")
-        }
+        {key: max(abs(x[key] - y[key]) for x, y in zip(ma["history"], mb["history"], strict=True)) for key in logged}
         if len(ma["history"]) == len(mb["history"])
         else None
     )
+    scores = [key for key in ma if key.startswith(("test/", "best_")) and key != "best_checkpoint"]
     return {
         "same_keys": sorted(a) == sorted(b),
         "max_weight_difference": weight_difference,
-        "test/acc": [mb["test/acc"], ma["test/acc"]],
-        "test/loss": [mb["test/loss"], ma["test/loss"]],
-        "best_val/acc": [mb["best_val/acc"], ma["best_val/acc"]],
+        "scores": {key: [mb.get(key), ma[key]] for key in scores},  # the test's metrics, the best monitored score
         "history_epochs": [row["epoch"] for row in mb["history"]],
         "max_history_difference": history,
     }

@@ -1,8 +1,10 @@
 """A user's own data modules and networks, in a file of their own: what ``--data own_data.Points`` and
-``--net own_data.TinyCNN`` load with no file of the project changed (tests/test_own_data.py runs them).
+``--net own_data.TinyCNN`` load with no file of the project changed (tests/test_own_data.py runs them; Points is also
+the default data module of the tests' own task, conftest.py's ``task``).
 
-A data module of this template takes ``batch_size`` and says what the model is built for: ``num_classes`` (an
-int) and ``input_shape`` (the shape of one sample). A network takes those two first, then its own options.
+A data module of this template takes ``batch_size`` and has as attributes what the LightningModule takes from it
+(its arguments without a default): for a classifier, ``num_classes`` (an int) and ``input_shape`` (the shape of one
+sample). A network takes those two first, then its own options.
 """
 
 import math
@@ -61,6 +63,13 @@ class TrainOnly(Points):
     """Points written for training only, as many a data module is: no predict_dataloader, no read_file."""
 
     predict_dataloader = LightningDataModule.predict_dataloader  # Lightning's own, which only refuses
+
+
+class Positional(Points):
+    """Points whose DataLoaders take their batch size by position, ``DataLoader(dataset, 32)``, as torch allows."""
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["predict"], self.batch_size)
 
 
 class PointFiles(Points):
@@ -224,8 +233,8 @@ class Broken(Points):
     def loader(self, stage: str, method: str) -> DataLoader:
         data, shuffle = self.sets[stage], stage == "train"
         if method == self.broken:
-            return DataLoader(data, self.batch_size, shuffle=True, sampler=SequentialSampler(data))
-        return DataLoader(data, self.batch_size, shuffle=shuffle)
+            return DataLoader(data, batch_size=self.batch_size, shuffle=True, sampler=SequentialSampler(data))
+        return DataLoader(data, batch_size=self.batch_size, shuffle=shuffle)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", "train_dataloader")

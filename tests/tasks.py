@@ -41,7 +41,7 @@ class Task(LightningModule):
 
     def training_step(self, batch, batch_idx):
         loss = self.loss(self(batch[0]), batch[1])
-        self.log("train/loss", loss, on_step=False, on_epoch=True)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, sync_dist=True)
         return loss
 
     def validation_step(self, batch, batch_idx):
@@ -52,7 +52,7 @@ class Task(LightningModule):
 
     def evaluate(self, stage: str, batch) -> Tensor:
         outputs = self(batch[0])
-        self.log(f"{stage}/loss", self.loss(outputs, batch[1]))
+        self.log(f"{stage}/loss", self.loss(outputs, batch[1]), sync_dist=True)
         return outputs
 
     def configure_optimizers(self):

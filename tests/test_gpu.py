@@ -1,23 +1,24 @@
 """What can only break on a GPU, tested on every device: each test takes the device as a parameter, its cuda case
 marked gpu (skipped without CUDA, see conftest.py) and its cpu case run everywhere, so that CI runs every test body
-and a test of a removed mechanism fails there, not first on a GPU. In this process where it can: `pytest -m gpu`
-must fit the minutes a GPU is lent. The gpu-check command's CPU mode (which CI runs) is tested here too.
+and a test of a removed mechanism fails there, not first on a GPU. In this process where it can, on the tests' own
+task (conftest.py's ``task``): `pytest -m gpu` must fit the minutes a GPU is lent. The gpu-check command, which runs
+the project as it is configured, is tested here too, its CPU mode (which CI runs) on it. The ladder's rungs on each
+device: test_example_ladder_devices.py.
 """
 
 import contextlib
 import importlib
 import json
 import os
-import runpy  # only with_ladder
 import subprocess
-import sys  # only with_ladder
 import time
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import FAKE_VAL, TINY_RUN, train_run
+from example import is_mnist_data
+from helpers import FAKE_VAL, QUICK, STEPS_PER_EPOCH, train_run, write_fake_mnist
 
 gpu = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,21 +49,26 @@ def counting_host_syncs(counter: list, device: str):
     counter.append(sum(SYNC_WARNING in str(warning.message) for warning in caught))
 
 
+def task_objects(batch_size: int = 32):
+    """The tests' own LightningModule and data module, built as train.py builds them (the module sized by the data)."""
+    import own_data
+    import tasks
+
+    datamodule = own_data.Points(batch_size=batch_size)
+    return tasks.Classify(datamodule.input_shape, datamodule.num_classes), datamodule
+
+
 @pytest.mark.parametrize("device", DEVICES)
-def test_train_on_one_device(fake_mnist, tmp_path, device):
-    flags = ["--accelerator", ACCELERATOR[device], "--devices", "1", "--data.data_dir", str(fake_mnist)]
-    metrics = train_run(*flags, "--output_dir", str(tmp_path), *TINY_RUN)
+def test_train_on_one_device(task, tmp_path, device):
+    metrics = train_run("--accelerator", ACCELERATOR[device], "--devices", "1", "--output_dir", str(tmp_path), *QUICK)
     assert metrics["accelerator"] == device and metrics["devices"] == 1 and metrics["test/acc"] > 0.9
     assert (metrics["peak_gpu_mb"] > 0) if device == "cuda" else metrics["peak_gpu_mb"] is None
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_batches_reach_the_network_on_the_device(fake_mnist, device):
+def test_batches_reach_the_network_on_the_device(device):
     """The data module serves batches from host memory; Lightning moves each one to the device before the step."""
     from lightning.pytorch import Callback, Trainer
-
-    from mnist_lightning.datamodule import MNISTDataModule
-    from mnist_lightning.lightning_module import Classifier
 
     seen = []
 
@@ -82,8 +88,8 @@ def test_batches_reach_the_network_on_the_device(fake_mnist, device):
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=100)
-    trainer.fit(Classifier(datamodule.input_shape, datamodule.num_classes), datamodule=datamodule)
+    model, datamodule = task_objects()
+    trainer.fit(model, datamodule=datamodule)
     assert seen == [[(device, torch.float32), (device, torch.int64)]] * 2
 
 
@@ -95,60 +101,23 @@ def test_batches_reach_the_network_on_the_device(fake_mnist, device):
         pytest.param("cuda", "bf16-mixed", marks=gpu),
     ],
 )
-def test_trainer_mixed_precision(fake_mnist, tmp_path, device, precision):
+def test_trainer_mixed_precision(task, tmp_path, device, precision):
     if device == "cuda" and precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bfloat16 support")
     flags = ["--accelerator", ACCELERATOR[device], "--devices", "1", "--precision", precision]
-    metrics = train_run(*flags, "--data.data_dir", str(fake_mnist), "--output_dir", str(tmp_path), *TINY_RUN)
+    metrics = train_run(*flags, "--output_dir", str(tmp_path), *QUICK)
     assert metrics["precision"] == precision and metrics["accelerator"] == device and metrics["test/acc"] > 0.9
 
 
-# with_ladder:
-RUNGS = {"plain": "train_pytorch.py", "fabric": "train_fabric.py", "trainer": "train_trainer.py"}
-# 1,000 training images in batches of 10: 100 steps per epoch, so per-step syncs cannot hide among per-epoch ones.
-RUNG_STEPS = ["--val_size", str(FAKE_VAL), "--batch_size", "10", "--max_epochs", "2"]
-
-
-def run_rung(monkeypatch, rung: str, device: str, *flags: str) -> None:
-    """A rung's script in this process, as `python scripts/<rung> ...` runs it (its folder on sys.path)."""
-    on_device = ["--device", device] if rung == "plain" else ["--accelerator", ACCELERATOR[device]]
-    path = ROOT / "scripts" / RUNGS[rung]
-    monkeypatch.syspath_prepend(str(path.parent))
-    monkeypatch.setattr(sys, "argv", [str(path), *on_device, *flags])
-    runpy.run_path(str(path), run_name="__main__")
-
-
-@pytest.mark.parametrize(("device", "precision"), [("cpu", "bf16-mixed"), pytest.param("cuda", "16-mixed", marks=gpu)])
-@pytest.mark.parametrize("rung", list(RUNGS))
-def test_mixed_precision_on_the_rungs(fake_mnist, tmp_path, monkeypatch, device, precision, rung):
-    """16-mixed on a GPU scales the loss (Lightning itself; the plain rung with a GradScaler); the CPU has bf16 only."""
-    from lightning import Fabric
-
-    scaler = Fabric(accelerator=ACCELERATOR[device], devices=1, precision=precision).strategy.precision.scaler
-    assert (scaler is not None) == (precision == "16-mixed")
-    flags = ["--precision", precision, "--data_dir", str(fake_mnist), *RUNG_STEPS, "--batch_size", "50"]
-    run_rung(monkeypatch, rung, device, *flags, "--output_dir", str(tmp_path / "run"))
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert metrics["precision"] == precision and metrics["accelerator"] == device and metrics["test/acc"] > 0.9
-
-
-# end with_ladder
 @pytest.mark.parametrize("device", DEVICES)
-def test_no_host_sync_per_training_step(fake_mnist, tmp_path, monkeypatch, device):
-    """Each epoch may sync a few times (the epoch loss comes back, checkpoints are written); a step must not.
-    The Trainer is counted epoch by epoch (20 steps each)."""
+def test_no_host_sync_per_training_step(task, tmp_path, device):
+    """Each epoch may sync a few times (the epoch's metrics come back, checkpoints are written); a step must not. The
+    template's Trainer, as train.py builds it (its callbacks, checkpoints, logger), counted epoch by epoch."""
     from lightning.pytorch import Callback
 
-    # with_ladder:
-    # The plain and Fabric loops over their whole run (2 epochs of 100 steps); the Trainer rung's LightningModule and
-    # DataModule are train.py's, whose Trainer is counted below, epoch by epoch (its validation steps sync).
-    for rung in ("plain", "fabric"):
-        syncs: list[int] = []
-        flags = ["--data_dir", str(fake_mnist), *RUNG_STEPS, "--output_dir", str(tmp_path / rung)]
-        with counting_host_syncs(syncs, device):
-            run_rung(monkeypatch, rung, device, *flags)
-        assert syncs[0] < 100, f"{rung}: {syncs[0]} host syncs in a run of 200 training steps"
-    # end with_ladder
+    from mnist_lightning.core.cli import build, parse_args
+    from mnist_lightning.core.runs import open_run
+
     per_epoch: list[int] = []
 
     class CountSyncs(Callback):
@@ -164,24 +133,20 @@ def test_no_host_sync_per_training_step(fake_mnist, tmp_path, monkeypatch, devic
                 self.context.__exit__(None, None, None)
                 del self.context
 
-    from mnist_lightning.core.cli import build_training, parse_args
-
-    flags = ["--data.data_dir", str(fake_mnist), "--data.val_size", str(FAKE_VAL), "--batch_size", "50"]
-    flags += ["--max_epochs", "2", "--accelerator", ACCELERATOR[device], "--output_dir", str(tmp_path / "trainer")]
-    training = build_training(parse_args(flags))
-    training.trainer.callbacks.insert(0, CountSyncs())
-    training.trainer.fit(training.model, datamodule=training.datamodule)
-    assert len(per_epoch) == 2 and max(per_epoch) <= 5, f"{per_epoch} host syncs in epochs of 20 steps"
+    config = parse_args([*QUICK, "--accelerator", ACCELERATOR[device], "--output_dir", str(tmp_path / "run")])
+    with open_run(config) as run:
+        training = build(config, run)
+        training.trainer.callbacks.insert(0, CountSyncs())
+        training.trainer.fit(training.model, datamodule=training.datamodule)
+    assert len(per_epoch) == 2 and max(per_epoch) <= 5, f"{per_epoch} host syncs in epochs of {STEPS_PER_EPOCH} steps"
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_epoch_times_wait_for_the_device(fake_mnist, device):
+def test_epoch_times_wait_for_the_device(device):
     """EpochHistory reads the clock only once the device has finished: work still queued counts in the epoch."""
     from lightning.pytorch import Callback, Trainer
 
     from mnist_lightning.core.callbacks import EpochHistory
-    from mnist_lightning.datamodule import MNISTDataModule
-    from mnist_lightning.lightning_module import Classifier
 
     cycles = 0
     if device == "cuda":
@@ -209,40 +174,83 @@ def test_epoch_times_wait_for_the_device(fake_mnist, device):
         enable_progress_bar=False,
         num_sanity_val_steps=0,
     )
-    datamodule = MNISTDataModule(str(fake_mnist), val_size=FAKE_VAL, batch_size=100)
-    trainer.fit(Classifier(datamodule.input_shape, datamodule.num_classes), datamodule=datamodule)
+    model, datamodule = task_objects()
+    trainer.fit(model, datamodule=datamodule)
     assert history.rows[0]["seconds"] >= 0.4
 
 
+@pytest.fixture(scope="module")
+def project_flags(tmp_path_factory) -> list[str]:
+    """What the project's default configuration needs here (gpu_check.py checks the project as configured): for the
+    MNIST example, small generated files in its format instead of a download; a data module of one's own that needs
+    files gets them here, and its --expect bounds."""
+    if is_mnist_data():
+        data_dir = write_fake_mnist(tmp_path_factory.mktemp("mnist"))
+        return ["--data.data_dir", str(data_dir), "--data.val_size", str(FAKE_VAL)]
+    return ["--expect", "epochs>=1"]  # not the example's bar (its test/acc), which a task of one's own may not clear
+
+
 @pytest.mark.slow
-def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(fake_mnist, tmp_path, capsys, monkeypatch):
-    """What CI runs: make gpu-check-cpu, on the fake data."""
+def test_gpu_check_cpu_mode_runs_every_step_and_skips_what_needs_cuda(project_flags, tmp_path, capsys, monkeypatch):
+    """What CI runs: make gpu-check-cpu, on the project as it is configured (the example: on fake MNIST files)."""
     # The scripts it runs import this checkout's package.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--batch_size", "100"]
+    flags = ["--cpu", *project_flags, "--batch_size", "100", "--max_epochs", "2", "--results_dir", str(tmp_path)]
     gpu_check = load_gpu_check(monkeypatch)
-    assert gpu_check.main([*flags, "--max_epochs", "2", "--results_dir", str(tmp_path)]) == 0, capsys.readouterr()
+    assert gpu_check.main(flags) == 0, capsys.readouterr()
     results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
     status = {step["step"]: step["status"] for step in results["steps"]}
     assert results["mode"] == "cpu" and results["failed"] == []
     steps = ["devices.py", "train.py --accelerator cpu --devices 1", "pytest -m gpu"]
     steps += ["evaluate.py", "predict.py", "export.py"]
-    steps += ["compare.py"]  # only with_ladder
+    steps += ["compare.py"] * is_mnist_data()  # only with_ladder
     for step in steps:
         assert any(name.startswith(step) and state == "ok" for name, state in status.items()), step
     assert "| `devices.py` | ok |" in (tmp_path / "gpu_check_cpu.md").read_text()
+    notes = {step["step"].split()[0]: step["note"] for step in results["steps"]}
+    assert notes["train.py"].startswith("test/") and "fastest epoch" in notes["train.py"]  # what its test logged
+    assert notes["evaluate.py"].startswith("test/") and "predict_dataloader" in notes["predict.py"]
     # with_ladder:
     compares = [step for step in results["steps"] if step["step"].startswith("compare.py")]
-    assert len(compares) == 1 and compares[0]["note"].startswith("bit-identical"), compares
+    if is_mnist_data():
+        assert len(compares) == 1 and compares[0]["note"].startswith("bit-identical"), compares
     # end with_ladder
 
 
-def test_gpu_check_with_a_failed_step_exits_1_naming_it(fake_mnist, tmp_path, capsys, monkeypatch):
+def test_gpu_check_checks_the_configured_data_module_and_the_models_metrics(task, tmp_path, capsys, monkeypatch):
+    """Not MNIST by import: the data module train.py builds (here the tests' own, own_data.Points), its --data flags
+    given to every step; the bar a trained run must clear is a metric it logs (--expect)."""
+    gpu_check = load_gpu_check(monkeypatch)
+    ran = []
+
+    def run(command, **kwargs):
+        ran.append(command)
+        return subprocess.CompletedProcess(command, returncode=0, stdout="done\n", stderr="")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", run)
+    flags = ["--cpu", "--data.samples", "300", "--data.spread=0.5", "--expect", "test/loss<=0.2"]
+    assert gpu_check.main([*flags, "--results_dir", str(tmp_path)]) == 1  # no step wrote what it checks
+    results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
+    assert results["settings"]["data"] == "Points" and results["settings"]["expect"] == ["test/loss<=0.2"]
+    train = next(command for command in ran if command[1].endswith("train.py"))
+    assert train[2:6] == ["--data.samples", "300", "--data.spread=0.5", "--max_epochs"]
+    assert [step["status"] for step in results["steps"] if step["step"].startswith("compare.py")] in ([], ["skipped"])
+    assert "train.py --accelerator cpu --devices 1" in results["failed"]  # its metrics.json: none
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--cpu", "--expect", "test/acc=0.9", "--results_dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert (
+        stop.value.code == 2
+        and err == "Error: --expect test/acc=0.9: give METRIC>=VALUE or METRIC<=VALUE, e.g. test/acc>=0.9\n"
+    )
+
+
+def test_gpu_check_with_a_failed_step_exits_1_naming_it(project_flags, tmp_path, capsys, monkeypatch):
     gpu_check = load_gpu_check(monkeypatch)
     failing = subprocess.CompletedProcess([], returncode=3, stdout="", stderr="it broke")
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *args, **kwargs: failing)
-    flags = ["--cpu", "--data_dir", str(fake_mnist), "--val_size", str(FAKE_VAL), "--results_dir", str(tmp_path)]
-    assert gpu_check.main(flags) == 1
+    assert gpu_check.main(["--cpu", *project_flags, "--results_dir", str(tmp_path)]) == 1
     assert "step(s) failed: devices.py; train.py" in capsys.readouterr().err
     results = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
     assert results["failed"] and results["steps"][0]["output_tail"] == "it broke"

@@ -18,7 +18,7 @@ from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
-from helpers import TINY_RUN
+from helpers import QUICK
 
 pytestmark = pytest.mark.slow  # every test starts Python processes of its own
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,10 +89,10 @@ def test_help_of_every_entry_point_imports_nothing_only_some_runs_need(floor):
         earlier = after[script]
 
 
-def test_a_training_run_imports_neither_tensorboard_nor_onnx(fake_mnist, tmp_path, floor):
+def test_a_training_run_imports_neither_tensorboard_nor_onnx(task, tmp_path, floor):
+    """scripts/train.py on the tests' own task (tests/command.py train, the task named by the environment)."""
     run_dir = tmp_path / "run"
-    flags = ["--data.data_dir", str(fake_mnist), "--output_dir", str(run_dir), *TINY_RUN]
-    after = modules_after(["scripts/train.py", *flags])["scripts/train.py"]
+    after = modules_after(["tests/command.py", "train", "--output_dir", str(run_dir), *QUICK])["tests/command.py"]
     assert (run_dir / "metrics.json").is_file()  # the run did train and test
     # A finished run draws its plots when matplotlib is installed: that is the one run that needs them.
     assert beyond_floor(after, floor, allowed=(PLOTS,)) == {}

@@ -1,9 +1,8 @@
 """Scale-out, verified: two "nodes" on this machine (torchrun, gloo on the CPU) train as one job, with the same
-result as two processes on one node, with each training script; the SLURM script agrees with what
-Lightning reads from the variables srun sets."""
+result as two processes on one node, on the tests' own task (conftest.py's ``task``; the Fabric rung's are in
+test_example_ladder_devices.py); the SLURM script agrees with what Lightning reads from the variables srun sets."""
 
 import json
-import os
 import re
 import shlex
 import socket
@@ -13,12 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import FAKE_VAL
+from helpers import command, command_environment
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"trainer": ROOT / "scripts" / "train.py"}
-SCRIPTS["fabric"] = ROOT / "scripts" / "train_fabric.py"  # only with_ladder
-RESULT = ("test/acc", "test/loss", "best_val/acc")
 
 
 def free_port() -> int:
@@ -27,25 +23,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def final_weights(run_dir: Path, entry: str) -> dict:
-    if entry == "trainer":
-        return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["model"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("entry", list(SCRIPTS))
-def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(entry, fake_mnist, tmp_path):
-    data = "--data." if entry == "trainer" else "--"  # train.py takes the data module's arguments as --data.NAME
-    flags = [f"{data}data_dir", str(fake_mnist), f"{data}val_size", str(FAKE_VAL), "--batch_size", "100"]
-    flags += ["--max_epochs", "2"]
-    flags += ["--accelerator", "cpu", "--strategy", "ddp"]
-    flags += ["--enable_progress_bar", "false"] if entry == "trainer" else []
+def two_nodes_as_one_job(
+    script: list[str], flags: list[str], tmp_path: Path, env: dict[str, str], summary: str
+) -> tuple[dict, dict]:
+    """``script FLAGS`` with --devices 2 on one node, then with torchrun as two nodes of one process each: the
+    metrics.json of each (checked to be one job's: one folder, written once, its ``summary`` line printed once)."""
     # One thread per process in both layouts: Lightning would otherwise give each process cores // local processes,
     # and a different thread count may sum in a different order.
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**env, "OMP_NUM_THREADS": "1"}
     one_node, two_nodes = tmp_path / "one_node", tmp_path / "two_nodes"
-    single = [sys.executable, str(SCRIPTS[entry]), *flags, "--devices", "2", "--output_dir", str(one_node)]
+    single = [sys.executable, *script, *flags, "--devices", "2", "--output_dir", str(one_node)]
     result = subprocess.run(single, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -54,7 +41,7 @@ def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(entry, fake_m
     as_two_nodes = ["--devices", "1", "--num_nodes", "2", "--output_dir", str(two_nodes)]
     nodes = [
         subprocess.Popen(
-            [*torchrun, "--node_rank", str(rank), str(SCRIPTS[entry]), *flags, *as_two_nodes],
+            [*torchrun, "--node_rank", str(rank), *script, *flags, *as_two_nodes],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -73,15 +60,28 @@ def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(entry, fake_m
     # One job: one run folder, one metrics.json, written by global rank 0 only.
     assert sorted(path.name for path in tmp_path.iterdir()) == ["one_node", "two_nodes"]
     assert [path.relative_to(two_nodes) for path in two_nodes.rglob("metrics.json")] == [Path("metrics.json")]
-    assert sum(output.count("Test accuracy") for output in outputs) == 1
+    assert sum(output.count(summary) for output in outputs) == 1  # by global rank 0 only
     reference, two = (json.loads((run / "metrics.json").read_text()) for run in (one_node, two_nodes))
-    # The Fabric rung records its --devices as given: "2".  # only with_ladder
     assert (int(reference["devices"]), reference["num_nodes"]) == (2, 1)
     assert (int(two["devices"]), two["num_nodes"]) == (1, 2)
+    return reference, two
+
+
+@pytest.mark.slow
+def test_two_nodes_train_as_one_job_like_two_processes_on_one_node(task, tmp_path):
+    flags = ["--batch_size", "32", "--max_epochs", "2", "--accelerator", "cpu", "--strategy", "ddp"]
+    flags += ["--enable_progress_bar", "false"]
+    script = command("train")[1:]  # tests/command.py train: scripts/train.py on the tests' task
+    reference, two = two_nodes_as_one_job(script, flags, tmp_path, command_environment(), "Tested the best of 2 ")
     # The same job: the same shards, the same gradient all-reduce, so the same numbers.
     assert [row["train/loss"] for row in two["history"]] == [row["train/loss"] for row in reference["history"]]
-    assert [two[key] for key in RESULT] == [reference[key] for key in RESULT]
-    weights = final_weights(one_node, entry), final_weights(two_nodes, entry)
+    scores = [key for key in reference if key.startswith(("test/", "best_val/")) and key != "best_checkpoint"]
+    assert {"test/acc", "test/loss", "best_val/acc"} <= set(scores)
+    assert [two[key] for key in scores] == [reference[key] for key in scores]
+    weights = [
+        torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for run in (tmp_path / "one_node", tmp_path / "two_nodes")
+    ]
     assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
     assert reference["test/acc"] > 0.9
 
@@ -110,10 +110,6 @@ def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
     assert int(sbatch["gpus-per-node"]) == tasks_per_node  # one task per GPU
     command = srun_command(text)
     assert command[:3] == ["srun", "python", "scripts/train.py"]
-    config = parse_args(command[3:])  # the script's flags are the project's own
-    assert (int(config.devices), config.num_nodes, config.strategy) == (tasks_per_node, nodes, "ddp")
-    assert config.output_dir == "runs/slurm-1234"  # one folder for every task: each is started by srun
-
     # What srun sets in the environment of the 6th task: on the second node, second GPU there.
     world = nodes * tasks_per_node
     for name, value in {
@@ -134,6 +130,12 @@ def test_slurm_script_agrees_with_what_lightning_reads_from_srun(monkeypatch):
         monkeypatch.delenv(name)
     for module in (fabric_rank_zero, trainer_rank_zero):  # set as Lightning starts; restored after the test
         monkeypatch.setattr(module.rank_zero_only, "rank", getattr(module.rank_zero_only, "rank", 0))
+    with monkeypatch.context() as gpu_node:  # parsed as on the GPU nodes it is for
+        gpu_node.setattr(torch.cuda, "is_available", lambda: True)
+        config = parse_args(command[3:])  # the script's flags are the project's own
+    assert (int(config.devices), config.num_nodes, config.strategy) == (tasks_per_node, nodes, "ddp")
+    assert config.output_dir == "runs/slurm-1234"  # one folder for every task: each is started by srun
+
     assert SLURMEnvironment.detect()
     environment = SLURMEnvironment()
     environment.validate_settings(num_devices=int(config.devices), num_nodes=config.num_nodes)  # raises on a mismatch

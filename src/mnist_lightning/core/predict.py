@@ -19,6 +19,7 @@ from .cli import Parser
 from .errors import run_main
 from .predict_files import read_inputs  # only with_digit_photos
 from .records import replaced
+from .workarounds import lightning_notes_ignored, predict_batches_as_made
 
 
 class Rows(BasePredictionWriter):
@@ -61,13 +62,15 @@ def predict(config: Namespace) -> None:
         settings = {"accelerator": config.accelerator, "limit_predict_batches": config.limit_predict_batches}
         callbacks = [rows, FirstBatchCheck()]  # the samples of the first batch checked, as in the other stages
         trainer = Trainer(devices=1, logger=False, enable_progress_bar=False, callbacks=callbacks, **settings)
+        predict_batches_as_made(data)
         what = {"datamodule": data}  # its predict_dataloader
         # with_digit_photos:
         if config.inputs:  # files its data module reads, each row named by its file
             rows.names, samples = read_inputs(data, config.inputs, model.example_input_array.shape[1:])
             what = {"dataloaders": DataLoader(samples, data.hparams.batch_size)}
         # end with_digit_photos
-        trainer.predict(model, **what, return_predictions=False)
+        with lightning_notes_ignored():
+            trainer.predict(model, **what, return_predictions=False)
         if not rows.count:
             raise no_batch(trainer, "predict")
     if file:

@@ -45,6 +45,25 @@ def note_sigterm(connector, signum, frame):
         connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
 
+def predict_batches_as_made(datamodule) -> None:
+    """Lightning re-creates a data module's predict DataLoader to count its batches' indices, and fails on one given
+    its batch size by position, ``DataLoader(dataset, 32)`` (Lightning issue 17991, open). predict.py counts no indices:
+    Lightning is given the loader's batches as an iterable of its own, which it takes as it is. Can go once fixed."""
+    make = datamodule.predict_dataloader
+    datamodule.predict_dataloader = lambda: Batches(make())
+
+
+class Batches:
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
 @contextmanager
 def lightning_notes_ignored() -> Iterator[None]:
     """Around building the Trainer, fit and test: Lightning's warnings about what this template does on purpose."""
@@ -62,7 +81,9 @@ def lightning_notes_ignored() -> Iterator[None]:
             # Lightning's old names of 16-mixed and bf16-mixed: the run's summary names the precision used.
             r"`precision=(16|bf16)` is supported for historical reasons|"
             # A data module without val_dataloader: the run tests its last weights, as the README says.
-            r"You defined a `validation_step` but have no `val_dataloader`",
+            r"You defined a `validation_step` but have no `val_dataloader`|"
+            # predict.py counts its rows itself (predict_batches_as_made).
+            r"Couldn't infer the batch indices fetched from your dataloader",
         )
         yield
 
