@@ -64,13 +64,19 @@ class SignalAt(Callback):
     moment: ``setup`` (the fit's setup, before Lightning's own signal handling), ``batch`` (the start of training
     batch ``step``), ``validation`` (the second validation batch of epoch ``epoch``), ``checkpoint`` (while a
     checkpoint of epoch ``epoch`` is being put together, before its file is written), ``train_end`` (after the fit's
-    last batch: after Lightning's last check for a stop), ``fit_end`` (the fit's last hook).
+    last batch: after Lightning's last check for a stop), ``fit_end`` (the fit's last hook), ``test`` (the second
+    batch of the test after the fit). ``rank``: only the process of that global rank sends it (under DDP).
     """
 
-    def __init__(self, signal: str, moment: str, marker: str, epoch: int = 1, step: int = 3) -> None:
+    def __init__(
+        self, signal: str, moment: str, marker: str, epoch: int = 1, step: int = 3, rank: int | None = None
+    ) -> None:
         self.signal, self.moment, self.marker, self.epoch, self.step = signal, moment, Path(marker), epoch, step
+        self.rank = rank
 
-    def _fire(self) -> None:
+    def _fire(self, trainer=None) -> None:
+        if self.rank is not None and trainer is not None and trainer.global_rank != self.rank:
+            return
         if not self.marker.exists():
             self.marker.write_text(f"{self.signal} at {self.moment}")
             os.kill(os.getpid(), SIGNALS[self.signal])
@@ -99,6 +105,10 @@ class SignalAt(Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.moment == "fit_end":
             self._fire()
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.moment == "test" and batch_idx == 1:
+            self._fire(trainer)
 
 
 class PauseAt(Callback):

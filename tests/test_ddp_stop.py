@@ -158,3 +158,22 @@ def test_a_sigterm_after_the_last_batch_stops_every_process_before_the_test(flag
     resume = start(RESUME_LINE.findall(output)[-1])
     _, stderr = resume.communicate(timeout=300)
     assert resume.returncode == 0 and (run / "metrics.json").is_file(), stderr[-3000:]
+
+
+def test_a_sigterm_to_one_process_during_the_test_stops_every_process_and_keeps_the_fit(flags, tmp_path):
+    """Sent to the second process alone as it tests the best checkpoint (a scheduler stopping one task): every
+    process stops after the same test batch, exit 143, one stop paragraph and no error of the connection the other
+    process lost; the complete fit is kept, and the command it gives tests it."""
+    run = tmp_path / "run"
+    stop_there = ["--callbacks", "interrupts.SignalAt", "--callbacks.signal", "SIGTERM", "--callbacks.moment", "test"]
+    stop_there += ["--callbacks.rank", "1", "--callbacks.marker", str(tmp_path / "fired")]
+    process = train([*flags, "--max_epochs", "2", *stop_there], run)
+    output = process.communicate(timeout=300)[0]
+    assert (tmp_path / "fired").is_file(), output[-3000:]
+    assert process.returncode == 143 and output.count("Stopped by SIGTERM") == 1, output[-3000:]
+    for failure in ("Traceback", "[rank1]", "Exception", "Connection", "Error"):
+        assert failure not in output, output[-3000:]
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "metrics.json").exists()
+    tested = start(RESUME_LINE.findall(output)[-1])
+    _, stderr = tested.communicate(timeout=300)
+    assert tested.returncode == 0 and (run / "metrics.json").is_file(), stderr[-3000:]

@@ -118,18 +118,20 @@ class EpochHistory(FirstBatchCheck):
 class StopTogether(Callback):
     """Under DDP, a SIGTERM to any process stops all of them after the same batch of the fit or the test: after each
     one they agree whether any was sent it. A process that stopped alone would leave the others waiting for it
-    forever in their next collective (workarounds.note_sigterm). Its handler notes the signal from ``setup`` on, once
-    the processes have joined: cli.build holds SIGTERM (blocks it) until then, and the processes Lightning starts
-    inherit it held, as one sent while they start must not end one of them alone (Lightning 2.6 then SIGKILLs every
-    process). cli.build adds it to distributed runs only."""
+    forever in their next collective (workarounds.note_sigterm). From its making (cli.build adds it to distributed
+    runs only, once the Trainer is built) a SIGTERM is noted, not obeyed, and held (blocked) until ``setup``, once
+    the processes have joined: the processes Lightning starts inherit it held, as one sent while they start must not
+    end one of them alone (Lightning 2.6 then SIGKILLs every process)."""
 
-    received = False
+    def __init__(self) -> None:
+        self.received, self.restore = False, signal.signal(signal.SIGTERM, self.note)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
     def setup(self, trainer, pl_module, stage):
-        self.restore = signal.signal(signal.SIGTERM, self.note)  # Lightning's handler, during the fit, calls it too
+        signal.signal(signal.SIGTERM, self.note)  # (the test's: the fit's teardown put back the command's handler)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one held till now is noted now
 
-    def note(self, signum, frame):
+    def note(self, signum, frame):  # Lightning's handler, during the fit, calls it too
         self.received = True
 
     def teardown(self, trainer, pl_module, stage):

@@ -5,7 +5,6 @@ example's --net). Each run records its resolved configuration in ``<run>/config.
 
 import inspect
 import os
-import signal
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
@@ -208,7 +207,6 @@ def build(config: Namespace, run: Run) -> Training:
         trainer.strategy.checkpoint_io = checkpoints.AtomicCheckpointIO()
     if trainer.world_size > 1:  # only where processes must agree: Lightning calls every callback at every step
         trainer.callbacks.append(StopTogether())
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the processes have joined: StopTogether
     if trainer.is_global_zero:
         with replaced(run.dir / RUN_RECORD) as file:  # whole or not at all
             file.write(record_text.encode())
