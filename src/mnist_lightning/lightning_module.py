@@ -71,8 +71,10 @@ class Classifier(LightningModule):
         return torch.zeros(2, *self.hparams.input_shape, dtype=self.dtype)
 
     def on_train_batch_start(self, batch, batch_idx, dataloader_idx=0):  # each stage's first batch: its labels
+        if batch_idx > 0:
+            return
         labels, classes = batch[1], self.hparams.num_classes
-        if batch_idx == 0 and not (labels.dtype == torch.long and 0 <= labels.min() <= labels.max() < classes):
+        if not (labels.dtype == torch.long and 0 <= labels.min() <= labels.max() < classes):
             stage, got = self.trainer.state.stage, f"{labels.dtype} labels {labels.min()} to {labels.max()}"
             raise MisconfigurationException(f"The first {stage} batch has {got}, not int64 classes 0 to {classes - 1}.")
 

@@ -6,6 +6,7 @@ import logging
 import pickle
 import zipfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -140,6 +141,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 class RunCheckpoint(ModelCheckpoint):
     """Its paths follow a run folder moved (off a cluster) and resumed there: ModelCheckpoint would keep only the
     best one, pointing at the old place."""
+
+    @cached_property
+    def state_key(self) -> str:  # Lightning makes it anew (a repr of five settings) for every hook at every step
+        return super().state_key
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old = state_dict["dirpath"]  # the run folder's own files: their paths start with it

@@ -198,6 +198,7 @@ def build(config: Namespace, run: Run) -> Training:
     if built.logger in ("csv", None, True):  # each segment of a resumed run in a logs/version_N of its own
         built.logger = CSVLogger(run.dir, "logs")
     callbacks += [LearningRateMonitor(logging_interval="step")] * bool(built.logger)
+    built.profiler = built.profiler or workarounds.NoProfiler()  # Lightning's default, cheaper at every step
     built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run.dir))
     with workarounds.lightning_notes_ignored():
         trainer = Trainer(**arguments_of(Trainer, built))
