@@ -79,7 +79,7 @@ class SignalAt(Callback):
             return
         if not self.marker.exists():
             self.marker.write_text(f"{self.signal} at {self.moment}")
-            os.kill(os.getpid(), SIGNALS[self.signal])
+            os.kill(os.getpid(), signal.Signals[self.signal])
 
     def setup(self, trainer, pl_module, stage) -> None:
         if self.moment == "setup" and stage == "fit":

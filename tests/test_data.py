@@ -197,3 +197,37 @@ def test_the_files_are_read_once_a_process_until_one_changes(tmp_path, monkeypat
     os.utime(labels, ns=(labels.stat().st_atime_ns, labels.stat().st_mtime_ns + 10**9))  # saved a second later
     with pytest.raises(MisconfigurationException, match="labels up to 77"):
         datamodule.prepare_data()
+
+
+@pytest.mark.real_data
+def test_a_read_only_folder_of_the_four_archives_is_read_without_writing_there(real_mnist, tmp_path, monkeypatch):
+    """A shared dataset folder on a cluster: MNIST's four .gz archives, which torchvision extracts beside themselves
+    before reading. Read-only there, they are read through a temporary copy: the folder stays as it was (issue 44,
+    item 5). (The test tells the data module the folder is read-only: root may write anywhere.)"""
+    from mnist_lightning import mnist_files
+
+    shared = tmp_path / "shared"
+    (shared / "MNIST" / "raw").mkdir(parents=True)
+    for archive in (real_mnist / "MNIST" / "raw").glob("*.gz"):
+        (shared / "MNIST" / "raw" / archive.name).write_bytes(archive.read_bytes())
+    before = sorted(path.name for path in (shared / "MNIST" / "raw").iterdir())
+    raw = str(shared / "MNIST" / "raw")
+    monkeypatch.setattr(mnist_files.os, "access", lambda path, mode: str(path) != raw)
+    mnist_files.parse.cache_clear()
+    data = MNISTDataModule(str(shared), batch_size=1000)
+    data.prepare_data()
+    data.setup("fit")
+    assert len(data.datasets["train"]) + len(data.datasets["val"]) == 60_000 and len(data.datasets["test"]) == 10_000
+    assert (
+        sorted(path.name for path in (shared / "MNIST" / "raw").iterdir())
+        == before
+        == sorted(
+            f"{name}.gz"
+            for name in (
+                "t10k-images-idx3-ubyte",
+                "t10k-labels-idx1-ubyte",
+                "train-images-idx3-ubyte",
+                "train-labels-idx1-ubyte",
+            )
+        )
+    )

@@ -462,3 +462,79 @@ def test_the_resume_command_said_is_the_command_the_run_was_started_as(program, 
     else:
         monkeypatch.delenv("PYTHONPATH", raising=False)
     assert resume_hint(tmp_path) == f"{command} --output_dir {tmp_path.resolve()} --ckpt_path last"
+
+
+def test_a_resume_in_another_number_of_processes_is_refused_before_it_trains(task, tmp_path, capsys):
+    """Its epochs would have another number of steps, which the run's schedule and step counts (kept in steps) do not
+    follow: refused in one paragraph, the run left as it was (issue 44, item 1)."""
+    run = tmp_path / "run"
+    assert main(flags(run, "--max_epochs", "1")) == 0
+    before = (run / "checkpoints" / "last.ckpt").read_bytes()
+    code = resume(run, "--max_epochs", "2", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp")
+    message = one_line(capsys.readouterr().err)
+    assert code == 2 and "The run was trained in 1 process(es) (--devices times --num_nodes)" in message, message
+    assert "this resume would run 2" in message and "--ckpt_path" in message and "Traceback" not in message
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == before and not (run / "logs" / "version_1").exists()
+
+
+def test_a_requeued_slurm_job_goes_on_with_its_run_by_its_own_command(task, tmp_path, monkeypatch, capsys):
+    """SLURM runs a requeued job's script again: the same command, the same --output_dir. It resumes the run, as
+    `--ckpt_path last` would, and ends as the run never stopped would; without the requeue, the same command is a
+    new run, refused the used folder (issue 44, item 2)."""
+    run, whole = tmp_path / "run", tmp_path / "whole"
+    command = flags(run, "--max_epochs", "3", "--deterministic", "true")
+    stop = ["--callbacks", "interrupts.SignalAt", "--callbacks.signal", "SIGTERM", "--callbacks.moment", "batch"]
+    stop += ["--callbacks.step", str(STEPS_PER_EPOCH + 2), "--callbacks.marker", str(tmp_path / "fired")]
+    assert main([*command, *stop]) == 143
+    assert main([*command, *stop]) == 2  # not requeued: a new run into a used folder
+    assert "already holds files from an earlier run" in one_line(capsys.readouterr().err)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert main([*command, *stop]) == 0  # its marker fired: the stop is not sent again
+    assert main(flags(whole, "--max_epochs", "3", "--deterministic", "true")) == 0
+    history = [json.loads((folder / "metrics.json").read_text())["history"] for folder in (run, whole)]
+    assert [row["epoch"] for row in history[0]] == [0, 1, 2]
+    assert torch.equal(
+        *(weights(folder / "checkpoints" / "last.ckpt")["net.layers.4.weight"] for folder in (run, whole))
+    )
+
+
+def test_sigusr1_outside_slurm_stops_a_run_as_sigterm_does(task, tmp_path, capsys):
+    """A scheduler's notice that the job ends soon: the run stops after its batch, says so and how to resume it, and
+    exits 143; the resume ends it (issue 44, item 2)."""
+    run = tmp_path / "run"
+    stop = ["--callbacks", "interrupts.SignalAt", "--callbacks.signal", "SIGUSR1", "--callbacks.moment", "batch"]
+    stop += ["--callbacks.step", str(STEPS_PER_EPOCH + 2), "--callbacks.marker", str(tmp_path / "fired")]
+    assert main(flags(run, "--max_epochs", "2", *stop)) == 143
+    message = one_line(capsys.readouterr().err)
+    assert "Stopped by SIGUSR1: " in message and "Resume with:" in message and "Traceback" not in message, message
+    assert resume(run) == 0 and (run / "metrics.json").is_file()
+
+
+def test_lightnings_note_on_a_slurm_requeue_save_is_not_shown():
+    """Lightning's "`weights_only` was not set, defaulting to `False`" as it saves the whole checkpoint for SLURM's
+    requeue is about what a save holds, not a load: every load of the template is weights_only=True."""
+    import logging
+
+    from mnist_lightning.core.workarounds import apply_workarounds, not_noise
+
+    apply_workarounds()
+    logger = logging.getLogger("lightning.pytorch.trainer.connectors.checkpoint_connector")
+    record = logger.makeRecord(
+        logger.name, logging.INFO, __file__, 1, "`weights_only` was not set, defaulting to `False`.", None, None
+    )
+    assert not_noise in logger.filters and not logger.filter(record)
+
+
+def test_a_run_of_an_earlier_template_version_is_named_as_such(task, tmp_path, capsys):
+    """A last.ckpt without the record's fingerprint (the template's versions before it kept one) is not called
+    damaged: the message names the cause and the ways on (issue 44, item 3)."""
+    run = tmp_path / "run"
+    assert main(flags(run, "--max_epochs", "1")) == 0
+    last = run / "checkpoints" / "last.ckpt"
+    contents = torch.load(last, weights_only=True)
+    del contents["record"]
+    torch.save(contents, last)
+    assert resume(run, "--max_epochs", "2") == 2
+    message = one_line(capsys.readouterr().err)
+    assert "made by an earlier version of this template" in message and "deleted, edited" not in message, message
+    assert "resume it with the version that made it" in message and f"--ckpt_path {last}" in message

@@ -116,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> Namespace:
     given = dict([*pairwise(argv), *(arg.split("=", 1) for arg in argv if "=" in arg)])  # --flag VALUE, --flag=VALUE
     run_dir = given.get("--output_dir")
     # A SLURM job that was requeued (scontrol requeue, Lightning's answer to SIGUSR1) runs its own command again.
-    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") != "0" and "--ckpt_path" not in given
+    requeued = os.environ.get("SLURM_RESTART_COUNT", "0") != "0"
     if requeued and run_dir and (Path(run_dir) / RUN_RECORD).is_file():  # it goes on with its run
         argv, given["--ckpt_path"] = [*argv, "--ckpt_path", "last"], "last"
     if resuming := given.get("--ckpt_path") == "last":  # the run's own record, and what the command line changes
