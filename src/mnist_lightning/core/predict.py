@@ -67,7 +67,7 @@ def predict(config: Namespace) -> None:
         # with_digit_photos:
         if config.inputs:  # files its data module reads, each row named by its file
             rows.names, samples = read_inputs(data, config.inputs, model.example_input_array.shape[1:])
-            what = {"dataloaders": DataLoader(samples, data.hparams.batch_size)}
+            what = {"dataloaders": DataLoader(samples, batch_size=data.hparams.batch_size)}
         # end with_digit_photos
         with lightning_notes_ignored():
             trainer.predict(model, **what, return_predictions=False)
