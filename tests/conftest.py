@@ -26,9 +26,9 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def signal_handlers():
-    """A script run in this process (runpy) ignores Ctrl-C and SIGTERM once done (run_main's ``exiting``), as its
-    process is about to exit; the tests after it, and the processes they start, get the handlers back."""
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    """A script run in this process (runpy) ignores Ctrl-C, SIGTERM and SIGUSR1 once done (run_main's ``exiting``),
+    as its process is about to exit; the tests after it, and the processes they start, get the handlers back."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
