@@ -21,6 +21,7 @@ OPTIONAL_PATHS = {
         "scripts/compare.py",
         "tests/test_ladder.py",
         "tests/test_compare.py",
+        "tests/test_example_ladder_devices.py",
     ],
     "with_digit_photos": [
         "src/{package}/digit_files.py",
@@ -33,6 +34,7 @@ OPTIONAL_PATHS = {
     "with_plots": [
         "src/{package}/core/plots.py",
         "tests/test_plots.py",
+        "tests/test_example_plots.py",
     ],
     "with_benchmarks": [
         "benchmarks/",

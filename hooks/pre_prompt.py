@@ -43,7 +43,7 @@ from typing import NoReturn
 TARGET = Path("{{cookiecutter.project_slug|slugify or 'unnamed-project'}}")
 PROJECT = [".github", ".gitignore", "Makefile", "benchmarks", "configs", "pyproject.toml", "scripts", "src", "tests"]
 PROJECT_README = Path("hooks/README.project.md")  # the generated project's README.md, already a Jinja template
-TEMPLATE_ONLY = {Path("tests/test_template.py"), Path("tests/test_template_update.py")}
+TEMPLATE_ONLY = {Path("tests/test_template.py"), Path("tests/test_template_update.py"), Path("tests/test_copier.py")}
 TEMPLATE_ONLY |= {Path(".github/workflows/template.yml")}  # publishes the template branch that cruft reads
 # What .gitignore ignores is never copied: a checkout that was used (pip install -e, tests) holds an egg-info, caches
 # and runs that are not the project. Patterns are matched against each part of a path, as git does for a pattern

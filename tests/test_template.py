@@ -26,7 +26,8 @@ from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_NAMES = ("mnist_lightning", "mnist-lightning", "MNIST Lightning")
-MACHINERY = ("cookiecutter.json", "hooks", ".ci", "tests/test_template.py")
+MACHINERY = ("cookiecutter.json", "hooks", ".ci", "tests/test_template.py", "tests/test_template_update.py")
+MACHINERY += ("tests/test_copier.py", ".github/workflows/template.yml")
 CUSTOM = {"project_name": "Digit Reader", "author_name": "Zoë Ångström", "description": "Reads handwritten digits."}
 
 
@@ -117,9 +118,12 @@ def test_no_template_machinery_or_leftover_jinja(custom_project):
     for name in MACHINERY:
         assert not (custom_project / name).exists(), name
     for path, text in text_files(custom_project).items():
-        assert "{%" not in text and "cookiecutter" not in text, path
-        # The one legitimate "{{": GitHub Actions expressions, which must come through as they are.
-        assert text.count("{{") == text.count("${{"), path
+        assert "{%" not in text and "{#" not in text and "cookiecutter" not in text, path
+        # The legitimate "{{" are the project's own (GitHub Actions' expressions, an f-string's braces), which come
+        # through as they are: as many as in this repo's file. The README is hooks/README.project.md's: none.
+        name = str(path.relative_to(custom_project)).replace("digit_reader", "mnist_lightning")
+        source = "" if name == "README.md" else (ROOT / name).read_text(encoding="utf-8")
+        assert text.count("{{") == source.count("{{") and text.count("}}") == source.count("}}"), path
     workflow = (custom_project / ".github/workflows/ci.yml").read_text()
     assert "${{ matrix.python-version }}" in workflow
 
@@ -156,7 +160,6 @@ def test_invalid_names_are_refused_and_nothing_is_left(template, tmp_path, conte
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
-@pytest.mark.slow
 def installed(project: Path, venv: Path) -> Path:
     """The project installed (its console commands too) in a new venv that reuses this environment's torch, Lightning,
     pytest... through a .pth file instead of downloading them again; its Python."""
@@ -171,31 +174,37 @@ def installed(project: Path, venv: Path) -> Path:
     return python
 
 
-def test_the_baked_project_installs_passes_its_tests_and_trains(custom_project, fake_mnist, tmp_path):
+@pytest.mark.slow
+def test_the_baked_project_installs_and_its_commands_run_under_its_names(custom_project, fake_mnist, tmp_path):
+    """Installed (pip install -e, as make install does), its console commands run from any folder and its scripts
+    from its own, all under its new names. Its suite is the template's own suite under another name: the template's
+    CI runs that one (the copier tests and the all-off bake run the baked suites where the code differs)."""
     python = installed(custom_project, tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("MNIST_DATA_DIR", "PYTHONPATH")}
-    where = subprocess.run([python, "-c", "import digit_reader; print(digit_reader.__file__)"], capture_output=True)
-    assert str(custom_project) in where.stdout.decode()
+    where = subprocess.run(
+        [python, "-c", "import digit_reader; print(digit_reader.__file__)"], cwd=tmp_path, env=env, capture_output=True
+    )
+    assert where.stdout.decode().startswith(str(custom_project / "src" / "digit_reader"))
 
-    # Its whole suite, slow tests included, as its CI runs it (make test-all): the defaults' own suite.
-    command = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-    tests = subprocess.run(command, cwd=custom_project, env=env, capture_output=True, text=True)
-    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
+    def run(*command, cwd: Path = tmp_path) -> str:
+        result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        return result.stdout
 
-    flags = [
-        "--accelerator",
-        "cpu",
-        "--devices",
-        "1",
-        "--data.data_dir",
-        str(fake_mnist),
-        "--data.val_size",
-        str(FAKE_VAL),
-    ]
-    flags += ["--batch_size", "100", "--max_epochs", "1", "--output_dir", str(tmp_path / "run")]
-    train = subprocess.run([python, "scripts/train.py", *flags], cwd=custom_project, env=env, capture_output=True)
-    assert train.returncode == 0, train.stderr.decode()[-2000:]
-    assert (tmp_path / "run" / "metrics.json").is_file()
+    commands = python.parent
+    data = ["--data.data_dir", str(fake_mnist), "--data.val_size", str(FAKE_VAL)]
+    quick = ["--accelerator", "cpu", "--devices", "1", "--batch_size", "100", "--max_epochs", "1"]
+    run(commands / "digit-reader-train", *data, *quick, "--output_dir", "run", "--enable_progress_bar", "false")
+    last = str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    evaluated = run(commands / "digit-reader-evaluate", "--ckpt_path", last, "--output_dir", "evaluated")
+    assert "Tested: test/" in evaluated and json.loads((tmp_path / "evaluated" / "metrics.json").read_text())
+    run(commands / "digit-reader-predict", "--ckpt_path", last, "--limit_predict_batches", "1", "--output", "p.csv")
+    assert (tmp_path / "p.csv").read_text().startswith("input,")
+    run(commands / "digit-reader-export", "--ckpt_path", last, "--output_dir", "exported")
+    assert (tmp_path / "exported" / "model.pt2").is_file()
+    # The scripts, in the project's folder: each imports its package by the new name and parses its flags.
+    for script in ("train", "evaluate", "predict", "export"):
+        assert "--ckpt_path" in run(python, f"scripts/{script}.py", "--help", cwd=custom_project)
 
 
 def test_without_hooks_nothing_is_generated(template, tmp_path):
@@ -221,6 +230,7 @@ def test_a_refused_name_is_told_with_its_reason(template, tmp_path, capfd, conte
     assert reason in " ".join(capfd.readouterr().err.split())
 
 
+@pytest.mark.slow
 def test_gpu_tests_collect_without_cookiecutter():
     """`pytest -m gpu` on a GPU machine whose environment lacks cookiecutter (a dev extra) still collects: this
     file, which needs it, skips instead of stopping the collection."""
@@ -310,8 +320,8 @@ def test_all_options_off_leave_out_every_optional_path(template, tmp_path):
     # No word of what the options removed is left, in code or comments ("fabric" is Lightning's library here).
     words = re.compile(r"\brungs?\b|ladder|benchmark|photo|\bFabric\b(?! *\()", re.IGNORECASE)
     for path, text in text_files(project).items():
-        if path.name != "README.md":  # checked above
-            assert not words.search(text.replace("lightning.fabric", "")), (path, words.search(text).group())
+        found = words.search(text.replace("lightning.fabric", ""))
+        assert path.name == "README.md" or not found, (path, found and found.group())  # the README: checked above
 
 
 def test_the_defaults_have_the_ladder_and_the_photos_and_no_benchmarks(template, tmp_path):
@@ -483,14 +493,28 @@ def test_a_baked_project_passes_its_own_lint(template, tmp_path, answers):
 
 @pytest.mark.slow
 def test_the_all_off_projects_own_suite_passes(template, tmp_path):
-    """Its whole suite, slow tests included, as its CI runs it (make test-all): code that an option's absence breaks
-    (a step of gpu_check that needs the photos) fails there. The defaults' suite runs in the test above."""
-    project = bake(template, tmp_path, **CUSTOM, **ALL_OFF)
+    """The options change code (core/'s train, predict, records, the LightningModule, gpu_check...) and tests, so the
+    all-off bake's suite tests code that the template's own does not: its `make test` (the default suite, the
+    example's tests with every option off), then the slow tests of its test files that the options change (the
+    Classifier under DDP without plots, gpu_check's steps without the photos, the scripts...). Its other slow tests
+    are the template's own, run by the template's suite on code that differs only where those test it. (The
+    defaults' bake is the template's code under another name: the template's suite tests it; test_copier.py runs
+    the defaults' and the all-off bakes' `make test` after a copier's edits.)"""
+    project = bake(template, tmp_path / "off", **CUSTOM, **ALL_OFF)
+    defaults = bake(template, tmp_path / "on", **CUSTOM)
+    changed = sorted(
+        f"tests/{path.name}"
+        for path in (project / "tests").glob("test_*.py")
+        if path.read_text(encoding="utf-8") != (defaults / "tests" / path.name).read_text(encoding="utf-8")
+    )
+    assert "tests/test_gpu.py" in changed  # gpu_check's steps: the photos' step goes with the option
     python = installed(project, tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("MNIST_DATA_DIR", "PYTHONPATH")}
-    command = [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"BIN={python.parent}", "test", "ARGS=-q"]
+    slow = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", *changed]
+    for command in (make, slow):
+        result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
 @pytest.mark.slow

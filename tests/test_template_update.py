@@ -145,8 +145,9 @@ def test_an_update_brings_the_templates_changes_and_keeps_the_owners(baked):
     git(project, "commit", "-q", "-a", "-m", "The template, later")
     assert run(project, *MAKE, "check-template").returncode == 0
 
-    # The updated project's tests of what changed: the network, the data module, the configs, core's checks.
-    tests = ["tests/test_model.py", "tests/test_data.py", "tests/test_cli.py", "tests/test_lightning_module.py"]
+    # The updated project's tests of what changed: the network, the data module, the configs, and the project as it
+    # is configured (the owner's network and data module through core/, changed) through every command.
+    tests = ["tests/test_model.py", "tests/test_data.py", "tests/test_cli.py", "tests/test_smoke.py"]
     env = ENV | {"PYTHONPATH": str(project / "src")}
     command = [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-x", "-p", "no:cacheprovider", *tests]
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
@@ -205,6 +206,7 @@ def test_an_update_in_a_fresh_clone_merges_with_conflict_markers_not_rej_files(b
     assert not list(clone.rglob("*.rej"))
 
 
+@pytest.mark.slow
 def test_the_template_branch_bakes_what_cookiecutter_bakes(tmp_path):
     """cruft bakes from the template branch what cookiecutter bakes from the project, and the branch only gets a
     commit when the template changes."""
