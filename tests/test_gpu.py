@@ -2,8 +2,7 @@
 marked gpu (skipped without CUDA, see conftest.py) and its cpu case run everywhere, so that CI runs every test body
 and a test of a removed mechanism fails there, not first on a GPU. In this process where it can, on the tests' own
 task (conftest.py's ``task``): `pytest -m gpu` must fit the minutes a GPU is lent. The gpu-check command, which runs
-the project as it is configured, is tested here too, its CPU mode (which CI runs) on it. The ladder's rungs on each
-device: test_example_ladder_devices.py.
+the project as it is configured, is tested here too, its CPU mode (which CI runs) on it.
 """
 
 import contextlib

@@ -1,6 +1,6 @@
 """Scale-out, verified: two "nodes" on this machine (torchrun, gloo on the CPU) train as one job, with the same
-result as two processes on one node, on the tests' own task (conftest.py's ``task``; the Fabric rung's are in
-test_example_ladder_devices.py); the SLURM script agrees with what Lightning reads from the variables srun sets."""
+result as two processes on one node, on the tests' own task (conftest.py's ``task``); the SLURM script agrees with
+what Lightning reads from the variables srun sets."""
 
 import json
 import re
