@@ -511,7 +511,7 @@ def test_the_all_off_projects_own_suite_passes(template, tmp_path):
     python = installed(project, tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("MNIST_DATA_DIR", "PYTHONPATH")}
     make = ["make", "--no-print-directory", "-o", ".venv/.installed", f"BIN={python.parent}", "test", "ARGS=-q"]
-    slow = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow", *changed]
+    slow = [python, "-m", "pytest", "-n", "auto", "-q", "-p", "no:cacheprovider", "-m", "slow", *changed]
     for command in (make, slow):
         result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
