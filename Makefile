@@ -13,7 +13,7 @@ PYTEST := -m pytest -n auto
 # suite against them in a venv of its own. That venv takes everything else (torch above all: gigabytes) from .venv
 # through a .pth file instead of installing it again; its own site-packages come first on sys.path, so the pinned
 # versions are the ones imported (pip says it is "not uninstalling" .venv's newer ones: they stay there, unused).
-LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.43.0" "filelock==3.30.0"
+LOWEST := "lightning==2.6.0" "torchmetrics==1.7.0" "jsonargparse[signatures]==4.53.0" "filelock==3.30.0"
 
 # The branch of the template's repository that cruft reads (.cruft.json records the template and the commit baked).
 TEMPLATE_BRANCH ?= template

@@ -20,14 +20,12 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonargparse
 import numpy as np  # only with_digit_photos
 import pytest
 import torch
 import yaml
 from helpers import command, command_environment, one_line, own_task
 from lightning.pytorch import LightningDataModule
-from packaging.version import Version
 
 import mnist_lightning.core.evaluate as evaluate_module
 from mnist_lightning.core.checkpoints import load_checkpoint
@@ -397,19 +395,13 @@ def test_an_own_file_that_fails_to_import_is_named(task, tmp_path, monkeypatch, 
         chosen = ["--config", str(tmp_path / "mine.yaml")]
     code = train_main([*chosen, "--output_dir", str(tmp_path / "run"), *QUIET])
     err = capsys.readouterr().err
-    if flag == "--data" and Version(jsonargparse.__version__) < Version("4.53"):  # it keeps only the error's message
-        assert code == 2 and err.startswith("Error: ") and "usage:" not in err
-    else:
-        assert code == 1 and err.startswith(f"Error: importing {tmp_path / 'mine.py'} of your code raised "), err
-        assert "Traceback (most recent call last)" in err or "SyntaxError" in err  # a syntax error has no frame
+    assert code == 1 and err.startswith(f"Error: importing {tmp_path / 'mine.py'} of your code raised "), err
+    assert "Traceback (most recent call last)" in err or "SyntaxError" in err  # a syntax error has no frame
     assert not (tmp_path / "run").exists()
 
 
 def test_a_data_module_that_fails_in_its_init_shows_its_traceback(task, tmp_path, capsys):
     flags = ["--data", "own_data.Broken", "--data.broken", "__init__", "--output_dir", str(tmp_path / "run")]
-    if Version(jsonargparse.__version__) < Version("4.53"):  # it keeps only the class's message, not its error
-        assert train_main([*flags, *QUIET]) == 2 and "index 5 is out of bounds" in capsys.readouterr().err
-        return
     assert train_main([*flags, *QUIET]) == 1
     assert "index 5 is out of bounds" in users_traceback(capsys.readouterr().err, "Broken.__init__")
     assert not (tmp_path / "run").exists()
