@@ -5,8 +5,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The tests run in one process per core (pytest-xdist): most of a test's time is spent in one core, by the Python
-# processes it starts, so two cores finish the suite in little more than half the time. ARGS="-n 0": in one process.
+# The tests run in one process per core (pytest-xdist): a test spends most of its time on one core, in the Python
+# processes it starts. ARGS="-n 0" runs them in one process.
 PYTEST := -m pytest -n auto
 
 # The lowest versions pyproject.toml allows of the libraries the template leans on; test-lowest runs the default

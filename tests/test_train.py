@@ -125,6 +125,14 @@ def test_a_lightning_logger_by_class_path_and_no_progress_or_summary(task, tmp_p
     assert not (tmp_path / "run" / "logs").exists()  # the logger given replaces the CSV one
 
 
+def test_tensorboard_logs_in_the_run_folder_each_segment_in_a_version_of_its_own(task, tmp_path):
+    pytest.importorskip("tensorboard")
+    run(tmp_path / "run", "--logger", "tensorboard", "--max_epochs", "1")
+    run(tmp_path / "run", "--ckpt_path", "last", "--max_epochs", "2")  # the resume keeps the run's logger
+    for version in ("version_0", "version_1"):
+        assert list((tmp_path / "run" / "logs" / version).glob("events.out.tfevents.*")), version
+
+
 def test_training_steps_do_not_read_values_back_from_the_device(task, tmp_path, monkeypatch):
     """Reading a tensor's value (.item()) waits for a GPU to finish; no training step of the machinery does it.
     (torch's Adam reads its step counter, which it keeps on the CPU for that reason, and the plots drawn once the run

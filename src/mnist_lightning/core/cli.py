@@ -18,7 +18,7 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace, set_loader
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, Timer
-from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from pydantic import PositiveInt
@@ -47,8 +47,8 @@ class Options:
         float32_matmul_precision: float32 matrix products: highest (full float32), high (TensorFloat32 on GPUs with
             Tensor Cores) or medium (bfloat16); torch.set_float32_matmul_precision.
         batch_size: Samples per batch, for every stage; every data module takes it.
-        logger: csv (metrics.csv in the run folder), false, or any Lightning Logger by class path, e.g.
-            --logger TensorBoardLogger --logger.save_dir runs/tb (with the tensorboard extra).
+        logger: csv (metrics.csv in the run folder), tensorboard (TensorBoard's files there, with the tensorboard
+            extra), false, or any Lightning Logger by class path, e.g. --logger WandbLogger --logger.project mnist.
         limit_train_batches: Training batches per epoch (default: all). As for every limit_*_batches: a whole number
             (int) is that many batches, a number with a point (float) a fraction of them, as in Lightning; per device.
         limit_val_batches: Validation batches per check (default: all).
@@ -63,7 +63,7 @@ class Options:
     ckpt_path: str | None = None
     float32_matmul_precision: Literal["highest", "high", "medium"] = "high"
     batch_size: BatchSize = 4096
-    logger: Literal["csv"] | bool | Logger | list[Logger] | None = "csv"
+    logger: Literal["csv", "tensorboard"] | bool | Logger | list[Logger] | None = "csv"
     # Declared here with int | float: typing caches unions, and hands back an equal Union[float, int] made earlier
     # (one in Lightning itself) for the Trainer's Union[int, float]; jsonargparse tries the types in order and would
     # read 2 as 2.0, a fraction.
@@ -195,8 +195,8 @@ def build(config: Namespace, run: Run) -> Training:
         callbacks += [best, last] if best else [last]
     if built.enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(progress_display())
-    if built.logger in ("csv", None, True):  # each segment of a resumed run in a logs/version_N of its own
-        built.logger = CSVLogger(run.dir, "logs")
+    if built.logger in ("csv", "tensorboard", None, True):  # in the run folder: each segment in a logs/version_N
+        built.logger = (TensorBoardLogger if built.logger == "tensorboard" else CSVLogger)(run.dir, "logs")
     callbacks += [LearningRateMonitor(logging_interval="step")] * bool(built.logger)
     built.profiler = built.profiler or workarounds.NoProfiler()  # Lightning's default, cheaper at every step
     built.update(Namespace(callbacks=callbacks, max_time=None, default_root_dir=run.dir))

@@ -87,7 +87,7 @@ def lightning_notes_ignored() -> Iterator[None]:
         # On purpose: bf16 models, a resume without --max_time.
         warnings.filterwarnings("ignore", message=r"Precision .* is not supported by the model summary")
         warnings.filterwarnings("ignore", message=r"Be aware that when using `ckpt_path`.*callbacks: \['Timer'\]")
-        # An empty DataLoader: the run says which one, and what to do (callbacks.BatchCheck, train.train).
+        # An empty DataLoader: the run says which one, and what to do (checks.no_batch).
         warnings.filterwarnings(
             "ignore",
             message=r"Total length of `\w+` across ranks is zero\.|"
