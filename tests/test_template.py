@@ -47,7 +47,7 @@ ALL_OFF = dict.fromkeys(OPTIONS, False)
 # Every option's own README section, and words that only it brings.
 README_SECTIONS = {
     "with_ladder": ("## The ladder", "train_pytorch.py", "train_fabric.py", "train_trainer.py", "compare.py"),
-    "with_digit_photos": ("## Pictures of digits", "preprocessing.py"),
+    "with_digit_photos": ("## Pictures of digits", "preprocessing.py", "read_file", "given files"),
     "with_benchmarks": ("## Benchmarks", "benchmarks/"),
     "with_plots": ("## Plots", "curves.png", ".[plots]"),
 }

@@ -43,8 +43,13 @@ def resumed_record(run_dir: Path) -> Path:
                 f"{record} is not the record {last} was trained with: {cause}. Restore it, {ways}: "
                 f"{command()} --ckpt_path {last}"
             )
-    elif any(last.parent.glob("*.ckpt")):
-        raise UserError(f"{last} is gone: test (evaluate.py) or fine-tune (--ckpt_path) its other checkpoints.")
+    elif kept := sorted(last.parent.glob("*.ckpt")):
+        ckpt = shlex.quote(str(kept[-1].resolve()))  # the best's name holds its epoch: the last of them sorts last
+        raise UserError(
+            f"{last} is gone, so the run cannot be resumed; it keeps {', '.join(path.name for path in kept)}. Test "
+            f"one with: {command('evaluate')} --ckpt_path "
+            f"{ckpt}; or start a new run from its weights: {command()} --ckpt_path {ckpt}"
+        )
     elif not text or (run_dir / "metrics.json").is_file():  # else killed before its first checkpoint: started over
         raise UserError(f"{run_dir} holds no run to resume: run its own command again, without --ckpt_path last.")
     return record
@@ -104,15 +109,16 @@ def refuse_finished_run(run_dir: Path, max_epochs: int | None) -> None:
         raise UserError(f"{run_dir} has already finished {done} epochs: train it longer with `{longer}`.")
 
 
-def command() -> str:
-    """This command as the user ran it, for a shell: an installed command by its name, else the train.py it was started
-    as (scripts/train.py from elsewhere, a notebook say), and the PYTHONPATH its modules were found on."""
+def command(script: str = "train") -> str:
+    """The command of ``script`` (train, evaluate...) as the user runs train.py, for a shell: installed commands by
+    their names, else the scripts beside the train.py it was started as (scripts/ from elsewhere, a notebook say), with
+    the PYTHONPATH its modules were found on."""
     if (program := sys.argv[0]).endswith("train.py"):
-        words = ["python", program]
+        words = ["python", program.removesuffix("train.py") + f"{script}.py"]
     elif Path(program).name == "mnist-lightning-train":  # the console command that installing the project makes
-        words = [Path(program).name]
+        words = [f"mnist-lightning-{script}"]
     else:  # (a notebook, say)
-        words = ["python", "scripts/train.py"]
+        words = ["python", f"scripts/{script}.py"]
     path = os.environ.get("PYTHONPATH")
     return shlex.join(words) if not path else f"PYTHONPATH={shlex.quote(path)} {shlex.join(words)}"
 
