@@ -44,11 +44,11 @@ def resumed_record(run_dir: Path) -> Path:
                 f"{command()} --ckpt_path {last}"
             )
     elif kept := sorted(last.parent.glob("*.ckpt")):
-        ckpt = shlex.quote(str(kept[-1].resolve()))  # the best's name holds its epoch: the last of them sorts last
+        newest = shlex.quote(str(max(kept, key=lambda path: path.stat().st_mtime).resolve()))
         raise UserError(
             f"{last} is gone, so the run cannot be resumed; it keeps {', '.join(path.name for path in kept)}. Test "
-            f"one with: {command('evaluate')} --ckpt_path "
-            f"{ckpt}; or start a new run from its weights: {command()} --ckpt_path {ckpt}"
+            f"one with: {command('evaluate')} --ckpt_path {newest}; or start a new run from its weights: "
+            f"{command()} --ckpt_path {newest}"
         )
     elif not text or (run_dir / "metrics.json").is_file():  # else killed before its first checkpoint: started over
         raise UserError(f"{run_dir} holds no run to resume: run its own command again, without --ckpt_path last.")
