@@ -47,7 +47,6 @@ def note_sigterm(connector, signum, frame):
         connector.received_sigterm = True  # what Lightning's loops stop on, after their batch
 
 
-# Measured: benchmarks/results/step_cost_cpu.json.  # only with_benchmarks
 class NoProfiler(PassThroughProfiler):
     """Lightning's default profiler, which records nothing, at less cost: Lightning enters its context around every
     hook of every callback (six hooks of each at every training step), and Lightning's is a context manager made anew
